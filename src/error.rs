@@ -1,0 +1,390 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::id::SessionId;
+use crate::store::Revision;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The boxed cause an [`Engine`](crate::Engine) returns when a completion fails.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong while saving, loading or running a session.
+///
+/// Each variant carries the data needed to act on it (the session id, the path, the expected
+/// and found revision or schema version); the underlying cause, if any, is in
+/// [`source()`](std::error::Error::source). To branch on what a caller can do about it, use
+/// [`Error::kind`] or the `is_*` helpers rather than matching every variant.
+///
+/// A failed save or a failed load never modifies anything that is stored.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{ErrorKind, SessionId};
+///
+/// let err = SessionId::parse("../etc/passwd").unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidInput);
+/// assert!(err.to_string().contains("../etc/passwd"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A session id failed validation.
+    #[error("invalid session id {id:?}: {reason}")]
+    InvalidId {
+        /// The rejected input, as given (escaped when displayed).
+        id: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+
+    /// No session with this id is stored.
+    #[error("session {id} not found")]
+    NotFound {
+        /// The id that was looked up.
+        id: SessionId,
+    },
+
+    /// A compare-and-swap save found a different revision than the caller last saw.
+    #[error(
+        "session {id} was changed by another writer (expected revision {expected}, found {}): \
+         load it again, reapply your change and save",
+        found.map_or_else(|| "none".to_owned(), |r| r.to_string())
+    )]
+    Conflict {
+        /// The session being saved.
+        id: SessionId,
+        /// The revision the caller based its change on.
+        expected: Revision,
+        /// The revision in the store, or `None` if the session no longer exists.
+        found: Option<Revision>,
+    },
+
+    /// A stored snapshot uses a schema version this release cannot read.
+    #[error(
+        "{} uses snapshot schema version {found}, but this release reads only version {supported}: \
+         upgrade agent-session to read it",
+        DisplayLocation(location)
+    )]
+    UnsupportedSchemaVersion {
+        /// Where the snapshot came from.
+        location: Location,
+        /// The version found in the snapshot.
+        found: u64,
+        /// The version this release reads.
+        supported: u32,
+    },
+
+    /// Stored bytes are not a well-formed snapshot (bad JSON, wrong types, unknown fields).
+    #[error(
+        "{} is not a valid snapshot: it may be damaged or written by another program; \
+         restore it from a backup or delete it",
+        DisplayLocation(location)
+    )]
+    Malformed {
+        /// Where the snapshot came from.
+        location: Location,
+        /// The decoder's description of what is wrong, with line and column.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A snapshot is well-formed but its content is inconsistent (for example a tool call
+    /// without a result, or a tool-call record that disagrees with the transcript).
+    #[error("{} is inconsistent: {problem}", DisplayLocation(location))]
+    Inconsistent {
+        /// Where the snapshot came from.
+        location: Location,
+        /// What is inconsistent.
+        problem: String,
+    },
+
+    /// A snapshot file names a different session than its file name does (a renamed or
+    /// copied file).
+    #[error(
+        "{} holds session {found:?}, not {expected}: the file was renamed or copied; \
+         it is refused so one session cannot pose as another",
+        path.display()
+    )]
+    IdMismatch {
+        /// The file that was read.
+        path: PathBuf,
+        /// The id its name implies.
+        expected: SessionId,
+        /// The id written inside it.
+        found: String,
+    },
+
+    /// A snapshot file is larger than the store's limit.
+    #[error(
+        "{} is {size_bytes} bytes, over the store's limit of {limit_bytes} bytes: \
+         raise the limit with FileSessionStore::builder().max_snapshot_bytes(..) if it is genuine",
+        path.display()
+    )]
+    TooLarge {
+        /// The file that was refused.
+        path: PathBuf,
+        /// Its size.
+        size_bytes: u64,
+        /// The configured limit.
+        limit_bytes: u64,
+    },
+
+    /// A path in the store is not what the store created: a symbolic link, a hard link, a
+    /// non-regular file, or a directory that others can read.
+    #[error("refusing to use {}: {reason}", path.display())]
+    Insecure {
+        /// The offending path.
+        path: PathBuf,
+        /// What is wrong with it and what to do.
+        reason: &'static str,
+    },
+
+    /// An operating-system I/O call failed.
+    #[error("could not {operation} {}", path.display())]
+    Io {
+        /// What the store was doing.
+        operation: &'static str,
+        /// The path it was doing it to.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A snapshot could not be encoded as JSON.
+    #[error("could not encode session {id} as JSON")]
+    Encode {
+        /// The session being encoded.
+        id: SessionId,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// An argument was rejected (for example `max_turns` of zero, or a cost that is not a
+    /// decimal number).
+    #[error("invalid argument: {reason}")]
+    InvalidArgument {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// [`Harness::resume_latest`](crate::Harness::resume_latest) found no readable session.
+    #[error("there is no saved session to resume")]
+    NoSessions,
+
+    /// A provider message could not be converted to or from the neutral transcript model.
+    #[error("cannot convert {provider} message: {problem}")]
+    Conversion {
+        /// The provider format (`"openai-chat"`, `"anthropic"`).
+        provider: &'static str,
+        /// What is wrong with the message.
+        problem: String,
+    },
+
+    /// The engine (the model client) failed during a turn. The session stays consistent:
+    /// see [`Session::send`](crate::Session::send).
+    #[error("the engine failed during a turn of session {id}")]
+    Engine {
+        /// The session whose turn failed.
+        id: SessionId,
+        /// The engine's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Where a snapshot being decoded came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Location {
+    /// A file on disk.
+    File(PathBuf),
+    /// A session in a store that is not file-backed, or a snapshot decoded from bytes.
+    Session(String),
+    /// Bytes with no known origin.
+    Bytes,
+}
+
+impl Location {
+    pub(crate) fn file(path: &Path) -> Self {
+        Location::File(path.to_path_buf())
+    }
+}
+
+struct DisplayLocation<'a>(&'a Location);
+
+impl fmt::Display for DisplayLocation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Location::File(path) => write!(f, "snapshot file {}", path.display()),
+            Location::Session(id) => write!(f, "snapshot of session {id}"),
+            Location::Bytes => f.write_str("snapshot"),
+        }
+    }
+}
+
+/// A coarse classification of [`Error`], for deciding what to do about one.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{ErrorKind, MemorySessionStore, SessionId, SessionStore};
+///
+/// let store = MemorySessionStore::new();
+/// let err = store.load(&SessionId::parse("missing")?).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::NotFound);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The session does not exist.
+    NotFound,
+    /// Another writer saved first; reload and retry.
+    Conflict,
+    /// The caller's input was rejected (an id, options, a snapshot built in memory).
+    InvalidInput,
+    /// Stored data is damaged, foreign, from a newer release, or unsafe to use.
+    Corrupt,
+    /// The operating system failed an I/O call; retrying may help.
+    Io,
+    /// The model client failed.
+    Engine,
+}
+
+impl Error {
+    /// Classifies this error.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound { .. } | Error::NoSessions => ErrorKind::NotFound,
+            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::InvalidId { .. }
+            | Error::InvalidArgument { .. }
+            | Error::Encode { .. }
+            | Error::Conversion { .. } => ErrorKind::InvalidInput,
+            Error::Inconsistent { location, .. } => match location {
+                Location::Bytes => ErrorKind::InvalidInput,
+                _ => ErrorKind::Corrupt,
+            },
+            Error::UnsupportedSchemaVersion { .. }
+            | Error::Malformed { .. }
+            | Error::IdMismatch { .. }
+            | Error::TooLarge { .. }
+            | Error::Insecure { .. } => ErrorKind::Corrupt,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Engine { .. } => ErrorKind::Engine,
+        }
+    }
+
+    /// True if the session does not exist.
+    #[must_use]
+    pub fn is_not_found(&self) -> bool {
+        self.kind() == ErrorKind::NotFound
+    }
+
+    /// True if a compare-and-swap save lost to another writer.
+    #[must_use]
+    pub fn is_conflict(&self) -> bool {
+        self.kind() == ErrorKind::Conflict
+    }
+
+    /// True if stored data is damaged, foreign, from a newer release or unsafe to use.
+    #[must_use]
+    pub fn is_corrupt(&self) -> bool {
+        self.kind() == ErrorKind::Corrupt
+    }
+
+    pub(crate) fn io(operation: &'static str, path: &Path, source: io::Error) -> Self {
+        Error::Io {
+            operation,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn inconsistent(problem: impl Into<String>) -> Self {
+        Error::Inconsistent {
+            location: Location::Bytes,
+            problem: problem.into(),
+        }
+    }
+
+    /// Replaces an unknown location with a known one, so errors raised while decoding bytes
+    /// name the file or session they came from.
+    pub(crate) fn at(self, location: &Location) -> Self {
+        match self {
+            Error::Inconsistent {
+                location: Location::Bytes,
+                problem,
+            } => Error::Inconsistent {
+                location: location.clone(),
+                problem,
+            },
+            Error::Malformed {
+                location: Location::Bytes,
+                source,
+            } => Error::Malformed {
+                location: location.clone(),
+                source,
+            },
+            Error::UnsupportedSchemaVersion {
+                location: Location::Bytes,
+                found,
+                supported,
+            } => Error::UnsupportedSchemaVersion {
+                location: location.clone(),
+                found,
+                supported,
+            },
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_lowercase_without_trailing_period() {
+        let errors = [
+            Error::InvalidId {
+                id: "a/b".into(),
+                reason: "contains '/'",
+            },
+            Error::io("read", Path::new("/x/y.json"), io::Error::other("boom")),
+            Error::inconsistent("tool call c1 has no result"),
+        ];
+        for err in errors {
+            let text = err.to_string();
+            assert!(text.chars().next().unwrap().is_lowercase(), "{text}");
+            assert!(!text.ends_with('.'), "{text}");
+        }
+    }
+
+    #[test]
+    fn io_error_names_path_and_keeps_cause_in_source() {
+        let err = Error::io("read", Path::new("/x/y.json"), io::Error::other("boom"));
+        assert!(err.to_string().contains("/x/y.json"));
+        assert!(!err.to_string().contains("boom"));
+        let source = std::error::Error::source(&err).unwrap();
+        assert_eq!(source.to_string(), "boom");
+    }
+
+    #[test]
+    fn inconsistent_bytes_are_invalid_input_but_stored_ones_are_corrupt() {
+        let err = Error::inconsistent("x");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        let err = err.at(&Location::File("/s/a.json".into()));
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+        assert!(err.to_string().contains("/s/a.json"));
+    }
+}

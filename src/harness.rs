@@ -1,0 +1,214 @@
+//! `Harness`: a store plus an engine factory, creating, saving and resuming sessions.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::engine::{Engine, ToolExecutor};
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::session::{Session, SessionOptions};
+use crate::store::{Revision, SessionList, SessionStore};
+
+/// Creates, saves and resumes sessions: a [`SessionStore`], a factory that builds a fresh
+/// [`Engine`] for every session, and an optional default [`ToolExecutor`].
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+///     FileSessionStore, Harness, Message, SessionOptions, Usage};
+///
+/// #[derive(Default)]
+/// struct Echo;
+/// impl Engine for Echo {
+///     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+///         let last = r.transcript.last().map(Message::text).unwrap_or_default();
+///         Ok(Completion::new(Message::assistant(vec![ContentBlock::text(last)]), Usage::new(r.model)))
+///     }
+/// }
+///
+/// # let dir = tempfile::tempdir()?;
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let harness = Harness::builder(FileSessionStore::open(dir.path())?, Echo::default).build();
+///
+/// let mut session = harness.new_session(SessionOptions::new("echo-1").system_prompt("Echo."))?;
+/// session.send("remember me").await?;
+/// harness.save_session(&mut session)?;
+///
+/// // Later, perhaps in another process: options come back from the snapshot.
+/// let resumed = harness.resume_session(session.id(), None)?;
+/// assert_eq!(resumed.transcript(), session.transcript());
+/// assert_eq!(resumed.options().system_prompt.as_deref(), Some("Echo."));
+/// # Ok::<(), agent_session::Error>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Harness<F> {
+    store: Arc<dyn SessionStore>,
+    engine_factory: F,
+    tools: Option<Arc<dyn ToolExecutor>>,
+}
+
+impl<F> fmt::Debug for Harness<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("tools", &self.tools.as_ref().map(|_| "<executor>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`Harness`]. Made by [`Harness::builder`].
+///
+/// # Examples
+///
+/// ```
+/// # use agent_session::{BoxError, Completion, CompletionRequest, Engine};
+/// # struct MyEngine;
+/// # impl Engine for MyEngine {
+/// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+/// # }
+/// use agent_session::{Harness, MemorySessionStore};
+///
+/// let harness = Harness::builder(MemorySessionStore::new(), || MyEngine).build();
+/// ```
+#[must_use]
+pub struct HarnessBuilder<F> {
+    store: Arc<dyn SessionStore>,
+    engine_factory: F,
+    tools: Option<Arc<dyn ToolExecutor>>,
+}
+
+impl<F> HarnessBuilder<F> {
+    /// Sets the tool executor given to every session whose options have none (default:
+    /// none).
+    pub fn tools(mut self, tools: Arc<dyn ToolExecutor>) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+
+    /// Builds the harness.
+    pub fn build(self) -> Harness<F> {
+        Harness {
+            store: self.store,
+            engine_factory: self.engine_factory,
+            tools: self.tools,
+        }
+    }
+}
+
+impl<F, E> Harness<F>
+where
+    F: Fn() -> E,
+    E: Engine,
+{
+    /// Starts configuring a harness over `store`, calling `engine_factory` for a fresh
+    /// engine every time a session is created or resumed.
+    pub fn builder(store: impl SessionStore + 'static, engine_factory: F) -> HarnessBuilder<F> {
+        HarnessBuilder {
+            store: Arc::new(store),
+            engine_factory,
+            tools: None,
+        }
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &dyn SessionStore {
+        &*self.store
+    }
+
+    /// A new session with a fresh generated id. It is not stored until
+    /// [`save_session`](Self::save_session).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `options.max_turns` is 0.
+    pub fn new_session(&self, options: SessionOptions) -> Result<Session<E>> {
+        Session::new(
+            SessionId::generate(),
+            (self.engine_factory)(),
+            self.with_default_tools(options),
+        )
+    }
+
+    /// Saves the session (compare-and-swap on its revision) and records the new revision
+    /// in it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] if another writer saved this session since it was loaded or
+    /// last saved; storage errors otherwise. The session is unchanged on error.
+    pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
+        let revision = self.store.save(&session.snapshot())?;
+        session.mark_saved(revision);
+        Ok(revision)
+    }
+
+    /// Loads session `id` and binds it to a fresh engine from the factory.
+    ///
+    /// With `options` `None`, the model, system prompt, `max_turns` and metadata come from
+    /// the snapshot. With `Some`, the caller's options are used as given (metadata
+    /// included; start from [`SessionOptions::from_snapshot`] to change a few fields).
+    /// Either way, `tools` is never stored: it is the caller's executor if given, else the
+    /// harness's default.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`], a corrupt-kind error if the stored snapshot cannot be trusted,
+    /// or [`Error::InvalidArgument`] for invalid options.
+    pub fn resume_session(
+        &self,
+        id: &SessionId,
+        options: Option<SessionOptions>,
+    ) -> Result<Session<E>> {
+        let snapshot = self.store.load(id)?;
+        let options = options.unwrap_or_else(|| SessionOptions::from_snapshot(&snapshot));
+        Session::restore(
+            snapshot,
+            (self.engine_factory)(),
+            Some(self.with_default_tools(options)),
+        )
+    }
+
+    /// Resumes the most recently updated readable session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSessions`] if the store holds no readable session; otherwise as
+    /// [`resume_session`](Self::resume_session).
+    pub fn resume_latest(&self, options: Option<SessionOptions>) -> Result<Session<E>> {
+        let latest = self
+            .store
+            .list()?
+            .sessions
+            .into_iter()
+            .next()
+            .ok_or(Error::NoSessions)?;
+        self.resume_session(&latest.id, options)
+    }
+
+    /// Lists stored sessions, newest first.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::list`].
+    pub fn list_sessions(&self) -> Result<SessionList> {
+        self.store.list()
+    }
+
+    /// Deletes stored session `id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::delete`].
+    pub fn delete_session(&self, id: &SessionId) -> Result<()> {
+        self.store.delete(id)
+    }
+
+    fn with_default_tools(&self, mut options: SessionOptions) -> SessionOptions {
+        if options.tools.is_none() {
+            options.tools.clone_from(&self.tools);
+        }
+        options
+    }
+}

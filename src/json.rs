@@ -1,0 +1,154 @@
+//! Strict decoding of free-form JSON (metadata, tool arguments, provider fields).
+//!
+//! `serde_json::Value` keeps the last of two duplicate keys and silently drops the first. A
+//! snapshot with duplicate keys was not written by this crate, and which value a reader sees
+//! would depend on the reader, so these helpers refuse duplicates instead.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// A `serde_json::Value` that refused duplicate object keys while it was decoded.
+pub(crate) struct StrictValue(pub(crate) Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("non-finite numbers are not valid JSON"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        StrictValue::deserialize(d).map(|v| v.0)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        visit_strict_map(&mut access).map(Value::Object)
+    }
+}
+
+fn visit_strict_map<'de, A: MapAccess<'de>>(
+    access: &mut A,
+) -> Result<Map<String, Value>, A::Error> {
+    let mut map = Map::new();
+    while let Some(key) = access.next_key::<String>()? {
+        let StrictValue(value) = access.next_value()?;
+        if map.contains_key(&key) {
+            return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+        }
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
+/// A JSON object that refused duplicate keys while it was decoded.
+pub(crate) struct StrictMap(pub(crate) Map<String, Value>);
+
+impl<'de> Deserialize<'de> for StrictMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapVisitor;
+        impl<'de> Visitor<'de> for MapVisitor {
+            type Value = Map<String, Value>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+                visit_strict_map(&mut access)
+            }
+        }
+        deserializer.deserialize_map(MapVisitor).map(StrictMap)
+    }
+}
+
+/// `#[serde(deserialize_with)]` helpers.
+pub(crate) mod strict {
+    use super::{StrictMap, StrictValue};
+    use serde::{Deserialize, Deserializer};
+    use serde_json::{Map, Value};
+
+    pub(crate) fn value<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        StrictValue::deserialize(d).map(|v| v.0)
+    }
+
+    pub(crate) fn map<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
+        StrictMap::deserialize(d).map(|v| v.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_duplicate_keys_at_any_depth() {
+        let err = serde_json::from_str::<StrictValue>(r#"{"a":1,"a":2}"#)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("duplicate key \"a\""), "{err}");
+        assert!(serde_json::from_str::<StrictValue>(r#"[{"x":{"b":1,"b":1}}]"#).is_err());
+        assert!(serde_json::from_str::<StrictMap>(r#"{"k":[],"k":[]}"#).is_err());
+    }
+
+    #[test]
+    fn keeps_numbers_exactly() {
+        let text = r#"{"i":-3,"u":18446744073709551615,"f":1.0,"g":0.1,"h":228.03,"e":1e-7}"#;
+        let StrictValue(v) = serde_json::from_str(text).unwrap();
+        let plain: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(v, plain);
+        assert!(v["f"].is_f64());
+        assert!(v["u"].is_u64());
+        let again: Value = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+        assert_eq!(again, v);
+    }
+}

@@ -1,0 +1,167 @@
+//! Durable save and resume for LLM agent sessions.
+//!
+//! An agent session is a conversation with a model plus everything around it: the
+//! transcript, the tool calls and their results, token usage and cost, the options it ran
+//! with and JSON metadata. `agent-session` makes that state durable: save it when the
+//! session is idle, and bring it back in a fresh process, bound to a fresh engine, with
+//! nothing lost or altered.
+//!
+//! # Which type to reach for
+//!
+//! | you want to… | use |
+//! |---|---|
+//! | create, save, resume, list and delete sessions | [`Harness`] |
+//! | run the agent loop (model ↔ tools) | [`Session`], with your [`Engine`] and [`ToolExecutor`] |
+//! | keep sessions on disk, private and crash-safe | [`FileSessionStore`] |
+//! | keep sessions in memory (tests) | [`MemorySessionStore`] |
+//! | store sessions somewhere else | implement [`SessionStore`] |
+//! | read or build the persisted state | [`SessionSnapshot`] |
+//! | convert OpenAI or Anthropic messages losslessly | [`Message::from_openai_chat`], [`Message::from_anthropic`] |
+//!
+//! # Quick start
+//!
+//! ```
+//! use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+//!     FileSessionStore, Harness, Message, SessionOptions, Usage};
+//!
+//! /// A stand-in for a real model client.
+//! struct Parrot;
+//! impl Engine for Parrot {
+//!     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+//!         let heard = r.transcript.last().map(Message::text).unwrap_or_default();
+//!         Ok(Completion::new(
+//!             Message::assistant(vec![ContentBlock::text(format!("Squawk! {heard}"))]),
+//!             Usage::new(r.model).with_tokens(12, 4),
+//!         ))
+//!     }
+//! }
+//!
+//! # let dir = tempfile::tempdir()?;
+//! # let dir = dir.path();
+//! # tokio::runtime::Runtime::new()?.block_on(async {
+//! let harness = Harness::builder(FileSessionStore::open(dir)?, || Parrot).build();
+//!
+//! let mut session = harness.new_session(SessionOptions::new("parrot-1").max_turns(4))?;
+//! session.send("Polly wants a cracker").await?;
+//! harness.save_session(&mut session)?;
+//! let id = session.id().clone();
+//!
+//! // In a new process: everything but the tool executor comes back from the snapshot.
+//! let mut resumed = harness.resume_session(&id, None)?;
+//! assert_eq!(resumed.transcript().len(), 2);
+//! assert_eq!(resumed.options().max_turns, 4);
+//! resumed.send("again").await?;
+//! harness.save_session(&mut resumed)?;
+//! # Ok::<(), agent_session::Error>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What is durable, and when
+//!
+//! Nothing is written until you save: [`Harness::save_session`] (or
+//! [`SessionStore::save`]). With [`FileSessionStore`], a save that returns `Ok` is on disk:
+//! the snapshot was written to a temporary file, fsynced, renamed into place, and the
+//! directory fsynced. A crash before that leaves the previous snapshot, whole. Save after
+//! each [`Session::send`] to lose at most the turn in flight.
+//!
+//! Saves are compare-and-swap on the session's [`Revision`]: if two processes resume the
+//! same session, the second one to save gets [`Error::Conflict`] instead of silently
+//! overwriting the first.
+//!
+//! # Privacy
+//!
+//! Snapshots hold whole transcripts, so the file store is private by construction: the
+//! directory is 0700 and files are 0600 from the moment they are created; session ids
+//! come from a strict allowlist and cannot name a path outside the store; symbolic links
+//! are never followed; and every file is verified when read (schema version, size limit,
+//! strict JSON, embedded id equal to the file name, tool calls paired with results). See
+//! [`FileSessionStore`] for the details.
+//!
+//! # Turns that are cut short
+//!
+//! A snapshot never contains a half-finished turn: [`Session::snapshot`] needs the session
+//! idle, which the borrow checker enforces. If a `send` future is dropped (a timeout, a
+//! Ctrl-C handler) or a tool panics, each tool call left without a result is closed with an
+//! explicit "interrupted" error result ([`INTERRUPTED_OUTPUT`]); it is never dropped and
+//! never silently run again, and the model sees it when the conversation continues.
+//!
+//! # Pitfalls
+//!
+//! - The tool executor is code and is not saved: give it to [`HarnessBuilder::tools`] (or
+//!   in [`SessionOptions::tools`]) every time the process starts.
+//! - Passing `Some(options)` to [`Harness::resume_session`] replaces the saved options,
+//!   metadata included; start from [`SessionOptions::from_snapshot`] to change one field.
+//! - Numbers inside metadata and tool arguments round-trip exactly as 64-bit integers or
+//!   floats; integers beyond the 64-bit range become floats. Keep such values as strings.
+//!
+//! The JSON format of a snapshot is documented field by field in
+//! [`docs/FORMAT.md`](https://docs.rs/crate/agent-session/latest/source/docs/FORMAT.md).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(not(unix))]
+compile_error!("agent-session supports Unix platforms (Linux and macOS): the file store relies on Unix permissions and O_NOFOLLOW");
+
+mod engine;
+mod error;
+mod harness;
+mod id;
+mod json;
+mod session;
+mod snapshot;
+mod store;
+mod transcript;
+mod usage;
+
+pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
+pub use error::{BoxError, Error, ErrorKind, Location, Result};
+pub use harness::{Harness, HarnessBuilder};
+pub use id::{SessionId, MAX_ID_LEN};
+pub use session::{
+    Session, SessionOptions, StopReason, TurnOutcome, DEFAULT_MAX_TURNS, INTERRUPTED_OUTPUT,
+};
+pub use snapshot::{
+    BlockPosition, PersistedOptions, SessionSnapshot, SnapshotBuilder, ToolCallRecord,
+    ToolCallStatus, SCHEMA_VERSION,
+};
+pub use store::{
+    FileSessionStore, FileStoreBuilder, MemorySessionStore, Revision, SessionList, SessionStore,
+    SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+};
+pub use transcript::{
+    ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,
+};
+pub use usage::{Cost, Usage, UsageTotals};
+
+#[cfg(test)]
+mod send_sync {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn public_types_are_thread_safe() {
+        assert_send_sync::<Error>();
+        assert_send_sync::<FileSessionStore>();
+        assert_send_sync::<MemorySessionStore>();
+        assert_send_sync::<std::sync::Arc<dyn SessionStore>>();
+        assert_send_sync::<SessionSnapshot>();
+        assert_send_sync::<SessionOptions>();
+    }
+
+    #[test]
+    fn session_is_send_with_a_send_engine() {
+        struct E;
+        impl Engine for E {
+            async fn complete(
+                &mut self,
+                _: CompletionRequest<'_>,
+            ) -> std::result::Result<Completion, BoxError> {
+                Err("unused".into())
+            }
+        }
+        assert_send::<Session<E>>();
+    }
+}

@@ -1,0 +1,632 @@
+//! `Session`: drives the agent loop and produces snapshots when idle.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use crate::engine::{CompletionRequest, Engine, ToolDefinition, ToolExecutor};
+use crate::error::{BoxError, Error, Result};
+use crate::id::SessionId;
+use crate::snapshot::{
+    BlockPosition, PersistedOptions, SessionSnapshot, SnapshotParts, ToolCallRecord, ToolCallStatus,
+};
+use crate::store::Revision;
+use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
+use crate::usage::{Usage, UsageTotals};
+
+/// The turn limit used when none is given: model completions per [`Session::send`].
+pub const DEFAULT_MAX_TURNS: u32 = 16;
+
+/// The output of the error result that closes a tool call whose turn was cancelled.
+pub const INTERRUPTED_OUTPUT: &str = "interrupted: the turn was cancelled before this tool call returned a result; it was not run again";
+
+/// How a session runs.
+///
+/// `model`, `system_prompt`, `max_turns` and `metadata` are saved with the session and
+/// restored by [`Harness::resume_session`](crate::Harness::resume_session) when no options
+/// are passed. `tools` is never saved (code cannot be serialized): it must be supplied
+/// every time, here or as the harness's default executor.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::SessionOptions;
+/// use serde_json::json;
+///
+/// let options = SessionOptions::new("gpt-4o-mini")
+///     .system_prompt("You are terse.")
+///     .max_turns(8)
+///     .metadata_entry("project", json!("parser"));
+/// assert_eq!(options.max_turns, 8);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// The model to use. Saved.
+    pub model: String,
+    /// The system prompt. Saved. Default: none.
+    pub system_prompt: Option<String>,
+    /// Most model completions per [`Session::send`]; at least 1. Saved. Default:
+    /// [`DEFAULT_MAX_TURNS`].
+    pub max_turns: u32,
+    /// Free-form JSON metadata (a `"title"` string names the session in listings). Saved.
+    /// Default: empty.
+    pub metadata: Map<String, Value>,
+    /// Runs the tools the model calls. **Not saved.** Default: none, in which case a
+    /// [`Harness`](crate::Harness) supplies its own; without any executor, every tool call
+    /// gets an error result.
+    pub tools: Option<Arc<dyn ToolExecutor>>,
+}
+
+impl fmt::Debug for SessionOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionOptions")
+            .field("model", &self.model)
+            .field("system_prompt", &self.system_prompt)
+            .field("max_turns", &self.max_turns)
+            .field("metadata", &self.metadata)
+            .field("tools", &self.tools.as_ref().map(|_| "<executor>"))
+            .finish()
+    }
+}
+
+impl SessionOptions {
+    /// Options for `model`, with every other field at its default.
+    #[must_use]
+    pub fn new(model: impl Into<String>) -> Self {
+        SessionOptions {
+            model: model.into(),
+            system_prompt: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            metadata: Map::new(),
+            tools: None,
+        }
+    }
+
+    /// The saved options of `snapshot` (everything but `tools`).
+    #[must_use]
+    pub fn from_snapshot(snapshot: &SessionSnapshot) -> Self {
+        let persisted = snapshot.options();
+        SessionOptions {
+            model: persisted.model.clone(),
+            system_prompt: persisted.system_prompt.clone(),
+            max_turns: persisted.max_turns,
+            metadata: snapshot.metadata().clone(),
+            tools: None,
+        }
+    }
+
+    /// Sets the system prompt.
+    #[must_use]
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Sets the turn limit (checked to be at least 1 when the session is created).
+    #[must_use]
+    pub fn max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self
+    }
+
+    /// Replaces the metadata.
+    #[must_use]
+    pub fn metadata(mut self, metadata: Map<String, Value>) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Sets one metadata entry.
+    #[must_use]
+    pub fn metadata_entry(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.metadata.insert(key.into(), value);
+        self
+    }
+
+    /// Sets the tool executor.
+    #[must_use]
+    pub fn tools(mut self, tools: Arc<dyn ToolExecutor>) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.max_turns == 0 {
+            return Err(Error::InvalidArgument {
+                reason: "max_turns must be at least 1".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn persisted(&self) -> PersistedOptions {
+        PersistedOptions {
+            model: self.model.clone(),
+            system_prompt: self.system_prompt.clone(),
+            max_turns: self.max_turns,
+        }
+    }
+}
+
+/// Why a [`Session::send`] returned.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::StopReason;
+///
+/// assert_ne!(StopReason::Finished, StopReason::MaxTurns);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered without calling a tool.
+    Finished,
+    /// The turn limit was reached; every tool call made so far has its result. Sending
+    /// again continues the conversation.
+    MaxTurns,
+}
+
+/// What one [`Session::send`] did.
+///
+/// # Examples
+///
+/// ```
+/// # use agent_session::{StopReason, TurnOutcome};
+/// fn describe(outcome: &TurnOutcome) -> String {
+///     match outcome.stop {
+///         StopReason::Finished => outcome.reply.clone().unwrap_or_default(),
+///         _ => format!("stopped after {} completions", outcome.completions),
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnOutcome {
+    /// Why the turn ended.
+    pub stop: StopReason,
+    /// The text of the model's final answer, when it finished.
+    pub reply: Option<String>,
+    /// Model completions made in this turn.
+    pub completions: u32,
+    /// Tool calls run in this turn.
+    pub tool_calls: u32,
+}
+
+/// A conversation with a model, bound to an [`Engine`].
+///
+/// [`send`](Self::send) drives the agent loop: it appends the user's message, asks the
+/// engine for an assistant message, runs the tool calls it contains through the
+/// [`ToolExecutor`], appends their results, and repeats until the model answers without
+/// tools or `max_turns` completions were made.
+///
+/// # Snapshots are taken only when idle
+///
+/// [`snapshot`](Self::snapshot) borrows the session, and `send` borrows it mutably for
+/// the whole turn, so a snapshot can never observe a turn in progress. If a turn is cut
+/// short (the `send` future is dropped, a tool panics, or the engine fails), the session
+/// is left consistent: every step completed so far is kept, and each tool call whose
+/// result never arrived is closed with an error result ([`INTERRUPTED_OUTPUT`]) and a
+/// record with [`ToolCallStatus::Interrupted`]. The call is not run again; the model sees
+/// the interruption in the transcript when the conversation continues.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine, Message,
+///     Session, SessionId, SessionOptions, StopReason, Usage};
+///
+/// struct Echo;
+/// impl Engine for Echo {
+///     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+///         let last = r.transcript.last().map(Message::text).unwrap_or_default();
+///         Ok(Completion::new(Message::assistant(vec![ContentBlock::text(last)]), Usage::new(r.model)))
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut session = Session::new(SessionId::generate(), Echo, SessionOptions::new("echo-1"))?;
+/// let outcome = session.send("hello").await?;
+/// assert_eq!(outcome.stop, StopReason::Finished);
+/// assert_eq!(outcome.reply.as_deref(), Some("hello"));
+///
+/// let snapshot = session.snapshot();
+/// assert_eq!(snapshot.transcript().len(), 2);
+/// # Ok::<(), agent_session::Error>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Session<E> {
+    id: SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    options: SessionOptions,
+    transcript: Vec<Message>,
+    records: Vec<ToolCallRecord>,
+    usage: Vec<Usage>,
+    /// Every tool-call id in the transcript, to refuse a completion that reuses one.
+    call_ids: HashSet<String>,
+    engine: E,
+}
+
+impl<E> fmt::Debug for Session<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("revision", &self.revision)
+            .field("options", &self.options)
+            .field("messages", &self.transcript.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: Engine> Session<E> {
+    /// A new, empty session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `options.max_turns` is 0.
+    pub fn new(id: SessionId, engine: E, options: SessionOptions) -> Result<Self> {
+        options.validate()?;
+        let now = Utc::now();
+        Ok(Session {
+            id,
+            revision: Revision::NEW,
+            created_at: now,
+            updated_at: now,
+            options,
+            transcript: Vec::new(),
+            records: Vec::new(),
+            usage: Vec::new(),
+            call_ids: HashSet::new(),
+            engine,
+        })
+    }
+
+    /// Continues a saved session with `engine`: its transcript, tool-call records, usage
+    /// (so its turn count) and revision carry on.
+    ///
+    /// With `options` `None`, the saved options are used ([`SessionOptions::from_snapshot`])
+    /// and there is no tool executor. With `Some`, the given options are used as they are,
+    /// metadata included: start from [`SessionOptions::from_snapshot`] to change only some
+    /// fields.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `options.max_turns` is 0.
+    pub fn restore(
+        snapshot: SessionSnapshot,
+        engine: E,
+        options: Option<SessionOptions>,
+    ) -> Result<Self> {
+        let options = options.unwrap_or_else(|| SessionOptions::from_snapshot(&snapshot));
+        options.validate()?;
+        let parts = snapshot.into_parts();
+        let call_ids = parts.tool_calls.iter().map(|r| r.call_id.clone()).collect();
+        Ok(Session {
+            id: parts.id,
+            revision: parts.revision,
+            created_at: parts.created_at,
+            updated_at: parts.updated_at,
+            options,
+            transcript: parts.transcript,
+            records: parts.tool_calls,
+            usage: parts.usage,
+            call_ids,
+            engine,
+        })
+    }
+
+    /// Sends a user message and runs the agent loop until the model answers without
+    /// calling a tool or `max_turns` completions were made.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Engine`] if the engine fails or returns a message that would make the
+    /// transcript inconsistent (not an assistant message, a tool result, or a tool-call id
+    /// used before). Steps completed before the failure are kept. Tool failures are not
+    /// errors: they become error results the model sees.
+    pub async fn send(&mut self, text: impl Into<String>) -> Result<TurnOutcome> {
+        self.send_message(Message::user(text)).await
+    }
+
+    /// Like [`send`](Self::send), with a message built by the caller (for example with
+    /// images or provider fields).
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send); also [`Error::InvalidArgument`] if `message` contains a
+    /// tool call or tool result (the loop adds those itself).
+    pub async fn send_message(&mut self, message: Message) -> Result<TurnOutcome> {
+        if message
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolCall(_) | ContentBlock::ToolResult(_)))
+        {
+            return Err(Error::InvalidArgument {
+                reason: "a message sent to a session cannot contain tool calls or tool results"
+                    .to_owned(),
+            });
+        }
+        let tools = self.options.tools.clone();
+        let definitions: Vec<ToolDefinition> =
+            tools.as_ref().map(|t| t.definitions()).unwrap_or_default();
+        let mut turn = Turn {
+            session: self,
+            pending: Vec::new(),
+        };
+        turn.session.push(message);
+        let mut outcome = TurnOutcome {
+            stop: StopReason::MaxTurns,
+            reply: None,
+            completions: 0,
+            tool_calls: 0,
+        };
+        while outcome.completions < turn.session.options.max_turns {
+            let s = &mut *turn.session;
+            let request = CompletionRequest {
+                session_id: &s.id,
+                model: &s.options.model,
+                system_prompt: s.options.system_prompt.as_deref(),
+                transcript: &s.transcript,
+                tools: &definitions,
+            };
+            let completion = s
+                .engine
+                .complete(request)
+                .await
+                .map_err(|source| Error::Engine {
+                    id: s.id.clone(),
+                    source,
+                })?;
+            s.check_completion(&completion.message)?;
+            outcome.completions += 1;
+            s.usage.push(completion.usage);
+            let message_index = s.transcript.len();
+            turn.pending = completion
+                .message
+                .content
+                .iter()
+                .enumerate()
+                .filter_map(|(block, b)| match b {
+                    ContentBlock::ToolCall(call) => Some(PendingCall {
+                        call: call.clone(),
+                        at: BlockPosition {
+                            message: message_index,
+                            block,
+                        },
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let text = completion.message.text();
+            turn.session.push(completion.message);
+            if turn.pending.is_empty() {
+                outcome.stop = StopReason::Finished;
+                outcome.reply = Some(text);
+                break;
+            }
+            while let Some(pending) = turn.pending.first() {
+                let result = match &tools {
+                    Some(tools) => tools.execute(&pending.call).await,
+                    None => Err(BoxError::from(
+                        "no tool executor is configured for this session",
+                    )),
+                };
+                let (result, status) = match result {
+                    Ok(output) => (
+                        ToolResult::new(&pending.call.id, output),
+                        ToolCallStatus::Ok,
+                    ),
+                    Err(e) => (
+                        ToolResult::error(&pending.call.id, e.to_string()),
+                        ToolCallStatus::Error,
+                    ),
+                };
+                let pending = turn.pending.remove(0);
+                turn.session.push_result(result, &pending, status);
+                outcome.tool_calls += 1;
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+impl<E> Session<E> {
+    /// A consistent snapshot of the session, with its current revision.
+    ///
+    /// A session is always idle when this can be called (see the type docs), so the
+    /// snapshot never holds a half-finished turn.
+    #[must_use]
+    pub fn snapshot(&self) -> SessionSnapshot {
+        SessionSnapshot::from_session_parts(SnapshotParts {
+            id: self.id.clone(),
+            revision: self.revision,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            options: self.options.persisted(),
+            metadata: self.options.metadata.clone(),
+            transcript: self.transcript.clone(),
+            tool_calls: self.records.clone(),
+            usage: self.usage.clone(),
+        })
+    }
+
+    /// Records that the session's snapshot was stored at `revision`, so the next save is
+    /// compared against it. [`Harness::save_session`](crate::Harness::save_session) does
+    /// this for you; call it when saving through a store directly.
+    pub fn mark_saved(&mut self, revision: Revision) {
+        self.revision = revision;
+    }
+
+    /// The session's id.
+    #[must_use]
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// The revision last saved or loaded ([`Revision::NEW`] if never saved).
+    #[must_use]
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// When the session was created.
+    #[must_use]
+    pub fn created_at(&self) -> DateTime<Utc> {
+        self.created_at
+    }
+
+    /// When the session last changed.
+    #[must_use]
+    pub fn updated_at(&self) -> DateTime<Utc> {
+        self.updated_at
+    }
+
+    /// The options in force.
+    #[must_use]
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// The session's metadata.
+    #[must_use]
+    pub fn metadata(&self) -> &Map<String, Value> {
+        &self.options.metadata
+    }
+
+    /// Mutable access to the metadata; marks the session as updated.
+    pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
+        self.updated_at = Utc::now().max(self.updated_at);
+        &mut self.options.metadata
+    }
+
+    /// The transcript, oldest message first.
+    #[must_use]
+    pub fn transcript(&self) -> &[Message] {
+        &self.transcript
+    }
+
+    /// One record per tool call, in transcript order.
+    #[must_use]
+    pub fn tool_calls(&self) -> &[ToolCallRecord] {
+        &self.records
+    }
+
+    /// Usage of each completion, oldest first.
+    #[must_use]
+    pub fn usage(&self) -> &[Usage] {
+        &self.usage
+    }
+
+    /// Usage summed over all completions.
+    #[must_use]
+    pub fn totals(&self) -> UsageTotals {
+        UsageTotals::sum(&self.usage)
+    }
+
+    /// Model completions over the session's whole life, across resumes.
+    #[must_use]
+    pub fn turn_count(&self) -> usize {
+        self.usage.len()
+    }
+
+    /// The engine.
+    #[must_use]
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// The engine, mutably.
+    pub fn engine_mut(&mut self) -> &mut E {
+        &mut self.engine
+    }
+
+    fn push(&mut self, message: Message) {
+        for call in message.tool_calls() {
+            self.call_ids.insert(call.id.clone());
+        }
+        self.transcript.push(message);
+        // Never move backwards, even if the wall clock does.
+        self.updated_at = Utc::now().max(self.updated_at);
+    }
+
+    fn push_result(&mut self, result: ToolResult, pending: &PendingCall, status: ToolCallStatus) {
+        let result_at = BlockPosition {
+            message: self.transcript.len(),
+            block: 0,
+        };
+        self.records.push(ToolCallRecord {
+            call_id: pending.call.id.clone(),
+            tool_name: pending.call.name.clone(),
+            call_at: pending.at,
+            result_at,
+            status,
+        });
+        self.push(Message::tool_result(result));
+    }
+
+    /// Refuses an engine message that would make the transcript inconsistent.
+    fn check_completion(&self, message: &Message) -> Result<()> {
+        let invalid = |problem: String| Error::Engine {
+            id: self.id.clone(),
+            source: format!("the engine returned an invalid message: {problem}").into(),
+        };
+        if message.role != Role::Assistant {
+            return Err(invalid(format!(
+                "its role is {:?}, not Assistant",
+                message.role
+            )));
+        }
+        let mut seen = HashSet::new();
+        for block in &message.content {
+            match block {
+                ContentBlock::ToolResult(r) => {
+                    return Err(invalid(format!(
+                        "it contains a tool result for {:?}",
+                        r.call_id
+                    )))
+                }
+                ContentBlock::ToolCall(call)
+                    if self.call_ids.contains(&call.id) || !seen.insert(&call.id) =>
+                {
+                    return Err(invalid(format!(
+                        "tool-call id {:?} was already used in this session",
+                        call.id
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tool call that was requested but has no result yet.
+struct PendingCall {
+    call: ToolCall,
+    at: BlockPosition,
+}
+
+/// A turn in progress. If it is dropped before every requested tool call has a result
+/// (the `send` future was dropped, or a tool panicked), the remaining calls are closed as
+/// interrupted, so the session stays consistent.
+struct Turn<'s, E> {
+    session: &'s mut Session<E>,
+    pending: Vec<PendingCall>,
+}
+
+impl<E> Drop for Turn<'_, E> {
+    fn drop(&mut self) {
+        for pending in std::mem::take(&mut self.pending) {
+            let result = ToolResult::error(&pending.call.id, INTERRUPTED_OUTPUT);
+            self.session
+                .push_result(result, &pending, ToolCallStatus::Interrupted);
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Atomic, durable replacement of one file: temp file in the same directory, write, fsync,
+//! rename over the target, fsync the directory.
+
+use std::path::Path;
+
+use super::fs::FileSystem;
+use crate::error::{Error, Result};
+
+/// Replaces `target` (in `dir`) with `bytes`.
+///
+/// Before the rename, any failure removes the temporary file and leaves `target` exactly
+/// as it was. After the rename the new content is in place; if the directory fsync then
+/// fails, the error says so, because the rename may not survive a power loss.
+pub(crate) fn replace(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    target: &Path,
+    temp_prefix: &str,
+    bytes: &[u8],
+) -> Result<()> {
+    let (mut file, temp) = fs
+        .create_temp(dir, temp_prefix)
+        .map_err(|e| Error::io("create a temporary file in", dir, e))?;
+    let written = fs
+        .write_all(&mut file, bytes)
+        .map_err(|e| Error::io("write", &temp, e))
+        // A failed fsync is never retried: after a failure the kernel may have dropped the
+        // dirty pages, so a second fsync could "succeed" without the data.
+        .and_then(|()| fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e)));
+    drop(file);
+    let renamed = written.and_then(|()| {
+        fs.rename(&temp, target)
+            .map_err(|e| Error::io("rename a temporary file onto", target, e))
+    });
+    if let Err(err) = renamed {
+        // Best effort: a leftover temp file is also removed when the store is next opened.
+        let _ = fs.remove_file(&temp);
+        return Err(err);
+    }
+    fs.sync_dir(dir).map_err(|e| {
+        Error::io(
+            "sync the directory after replacing a snapshot (the new snapshot is in place but may not survive a power loss) in",
+            dir,
+            e,
+        )
+    })
+}

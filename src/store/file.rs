@@ -1,0 +1,434 @@
+//! `FileSessionStore`: one JSON file per session in a private directory.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::atomic;
+use super::fs::{FileSystem, OsFileSystem};
+use super::{check_revision, Revision, SessionList, SessionStore, SessionSummary};
+use crate::error::{Error, Location, Result};
+use crate::id::SessionId;
+use crate::snapshot::SessionSnapshot;
+
+/// The default largest snapshot file the store reads or writes: 256 MiB.
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The store-wide lock file. Ids never start with a dot, so it cannot name a session.
+const LOCK_FILE: &str = ".lock";
+/// Suffix of snapshot files.
+const SNAPSHOT_SUFFIX: &str = ".json";
+/// Suffix of temporary files; their names start with a dot, so they are never sessions.
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// A [`SessionStore`] that keeps each session in one JSON file, `<dir>/<id>.json`.
+///
+/// # Durability
+///
+/// [`save`](SessionStore::save) returns only after the new snapshot is durable: it is
+/// written to a temporary file in the same directory, fsynced, renamed over the old file,
+/// and the directory is fsynced. A crash at any point leaves either the old or the new
+/// snapshot, never a mix; leftover temporary files are never listed as sessions and are
+/// removed the next time a store is opened on the directory.
+///
+/// Saves and deletes take an exclusive lock on `<dir>/.lock`, so compare-and-swap holds
+/// between threads and between processes on the same machine. Loads take no lock: they
+/// always see a whole snapshot because files are only ever replaced by rename.
+///
+/// # Security
+///
+/// - The directory is created with mode 0700 and files with mode 0600, set atomically at
+///   creation (`O_CREAT | O_EXCL` with the mode, never a `chmod` afterwards), so a
+///   snapshot is never readable by others, whatever the umask. A file left 0644 by another
+///   program becomes 0600 on its next save, because saves always write a new file.
+/// - An existing directory that others can write to is refused; one that others can only
+///   read is made private (mode 0700) when the store is opened.
+/// - Paths are built only from validated [`SessionId`]s, so they cannot leave the
+///   directory. Symbolic links (for the directory, a snapshot or the lock file) are never
+///   followed, and a snapshot with more than one hard link is refused.
+/// - A file whose embedded id differs from its name (a renamed or copied snapshot) is
+///   refused, and so is a file over the size limit ([`DEFAULT_MAX_SNAPSHOT_BYTES`]).
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{FileSessionStore, SessionId, SessionSnapshot, SessionStore};
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = FileSessionStore::open(dir.path().join("sessions"))?;
+/// let snapshot = SessionSnapshot::builder(SessionId::parse("demo")?, "m").build()?;
+/// store.save(&snapshot)?;
+/// assert_eq!(store.load(snapshot.id())?.revision().as_u64(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct FileSessionStore {
+    root: PathBuf,
+    max_snapshot_bytes: u64,
+    fs: Arc<dyn FileSystem>,
+    /// The lock file, opened once. `flock` locks belong to an open file description, so the
+    /// mutex keeps two threads of this process from both "holding" it at once.
+    lock_file: Mutex<File>,
+}
+
+/// Configures a [`FileSessionStore`]. Made by [`FileSessionStore::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::FileSessionStore;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = FileSessionStore::builder()
+///     .max_snapshot_bytes(16 * 1024 * 1024)
+///     .open(dir.path())?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct FileStoreBuilder {
+    max_snapshot_bytes: u64,
+}
+
+impl FileStoreBuilder {
+    /// Sets the largest snapshot file the store reads or writes (default
+    /// [`DEFAULT_MAX_SNAPSHOT_BYTES`]). Larger files are refused with [`Error::TooLarge`].
+    pub fn max_snapshot_bytes(&mut self, limit: u64) -> &mut Self {
+        self.max_snapshot_bytes = limit;
+        self
+    }
+
+    /// Opens (creating if needed) the store in `dir`.
+    ///
+    /// # Errors
+    ///
+    /// As [`FileSessionStore::open`].
+    pub fn open(&self, dir: impl AsRef<Path>) -> Result<FileSessionStore> {
+        FileSessionStore::open_with(
+            dir.as_ref(),
+            self.max_snapshot_bytes,
+            Arc::new(OsFileSystem),
+        )
+    }
+}
+
+/// Holds the store-wide write lock until dropped.
+struct WriteLock<'a> {
+    file: MutexGuard<'a, File>,
+}
+
+impl Drop for WriteLock<'_> {
+    fn drop(&mut self) {
+        // Closing would release it too, but the file stays open for the next writer.
+        let _ = self.file.unlock();
+    }
+}
+
+impl FileSessionStore {
+    /// Opens (creating if needed) the store in `dir`, with default settings.
+    ///
+    /// Missing directories are created with mode 0700; an existing directory that others can
+    /// read (but not write) is changed to 0700. Temporary files left by a crashed save are
+    /// removed.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Insecure`] if `dir` is a symbolic link, not a directory, or writable by
+    ///   other users (fix with `chmod 700`);
+    /// - [`Error::Io`] if it cannot be created or read.
+    ///
+    /// # Security
+    ///
+    /// See the type-level docs.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        FileSessionStore::builder().open(dir)
+    }
+
+    /// A builder for a store with non-default settings.
+    #[must_use]
+    pub fn builder() -> FileStoreBuilder {
+        FileStoreBuilder {
+            max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+        }
+    }
+
+    /// The store's directory, as resolved when it was opened.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file that holds session `id`. The path is always directly inside
+    /// [`dir`](Self::dir).
+    #[must_use]
+    pub fn path_of(&self, id: &SessionId) -> PathBuf {
+        self.root.join(format!("{id}{SNAPSHOT_SUFFIX}"))
+    }
+
+    fn open_with(dir: &Path, max_snapshot_bytes: u64, fs: Arc<dyn FileSystem>) -> Result<Self> {
+        match fs.symlink_metadata(dir) {
+            Ok(meta) => check_store_dir(&*fs, dir, &meta)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => fs
+                .create_dir_private(dir)
+                .map_err(|e| Error::io("create the store directory", dir, e))?,
+            Err(e) => return Err(Error::io("inspect the store directory", dir, e)),
+        }
+        // Resolve once, so a later change of working directory cannot move the store. The
+        // last component was just checked not to be a link.
+        let root = std::fs::canonicalize(dir)
+            .map_err(|e| Error::io("resolve the store directory", dir, e))?;
+        let lock_path = root.join(LOCK_FILE);
+        let lock_file = fs.open_lock(&lock_path).map_err(|e| {
+            if is_symlink_error(&e) {
+                Error::Insecure {
+                    path: lock_path.clone(),
+                    reason: "the lock file is a symbolic link; remove it",
+                }
+            } else {
+                Error::io("open the lock file", &lock_path, e)
+            }
+        })?;
+        let store = FileSessionStore {
+            root,
+            max_snapshot_bytes,
+            fs,
+            lock_file: Mutex::new(lock_file),
+        };
+        store.remove_leftover_temp_files()?;
+        Ok(store)
+    }
+
+    fn write_lock(&self) -> Result<WriteLock<'_>> {
+        let file = self
+            .lock_file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        file.lock()
+            .map_err(|e| Error::io("lock", &self.root.join(LOCK_FILE), e))?;
+        Ok(WriteLock { file })
+    }
+
+    /// Removes temporary files left by saves that crashed. Runs under the write lock, so it
+    /// never removes the temporary file of a save in progress.
+    fn remove_leftover_temp_files(&self) -> Result<()> {
+        let _lock = self.write_lock()?;
+        for name in self.names()? {
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') && name.ends_with(TEMP_SUFFIX) {
+                let path = self.root.join(name);
+                match self.fs.remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(Error::io("remove the leftover temporary file", &path, e))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+        self.fs
+            .read_dir(&self.root)
+            .map_err(|e| Error::io("read the store directory", &self.root, e))
+    }
+
+    /// Reads and verifies the snapshot of `id`; `Ok(None)` if there is none.
+    fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
+        let path = self.path_of(id);
+        let mut file = match self.fs.open_read(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if is_symlink_error(&e) => {
+                return Err(Error::Insecure {
+                    path,
+                    reason: "the snapshot is a symbolic link, which is never followed; remove it",
+                })
+            }
+            Err(e) => return Err(Error::io("open", &path, e)),
+        };
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("inspect", &path, e))?;
+        if !meta.is_file() {
+            return Err(Error::Insecure {
+                path,
+                reason: "it is not a regular file",
+            });
+        }
+        if meta.nlink() > 1 {
+            return Err(Error::Insecure {
+                path,
+                reason: "the snapshot has more than one hard link, so another name could alias it; remove the other links",
+            });
+        }
+        let too_large = |size_bytes| Error::TooLarge {
+            path: path.clone(),
+            size_bytes,
+            limit_bytes: self.max_snapshot_bytes,
+        };
+        if meta.len() > self.max_snapshot_bytes {
+            return Err(too_large(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        // The file may grow between fstat and read; never read more than the limit.
+        (&mut file)
+            .take(self.max_snapshot_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("read", &path, e))?;
+        let read = bytes.len() as u64;
+        if read > self.max_snapshot_bytes {
+            return Err(too_large(read));
+        }
+        let snapshot =
+            SessionSnapshot::from_json(&bytes).map_err(|e| e.at(&Location::file(&path)))?;
+        if snapshot.id() != id {
+            return Err(Error::IdMismatch {
+                path,
+                expected: id.clone(),
+                found: snapshot.id().to_string(),
+            });
+        }
+        Ok(Some(snapshot))
+    }
+}
+
+impl SessionStore for FileSessionStore {
+    /// Saves atomically and durably if the stored revision is still `snapshot.revision()`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] if the revision moved; [`Error::TooLarge`] if the encoded
+    /// snapshot is over the limit; a corrupt-kind error if the stored file cannot be
+    /// trusted (delete it first to replace it); [`Error::Io`] naming the step and path that
+    /// failed. Before the final rename nothing stored is changed; see the type docs for the
+    /// directory-fsync case.
+    ///
+    /// # Security
+    ///
+    /// The new file is created 0600 with `O_EXCL | O_NOFOLLOW` under an unpredictable
+    /// name and renamed over the old one, so nothing is written through a planted link.
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        let _lock = self.write_lock()?;
+        let id = snapshot.id();
+        let stored = self.read(id)?.map(|s| s.revision());
+        check_revision(id, snapshot.revision(), stored)?;
+        let revision = snapshot.revision().next();
+        let bytes = snapshot.to_json_with_revision(revision)?;
+        let path = self.path_of(id);
+        if bytes.len() as u64 > self.max_snapshot_bytes {
+            return Err(Error::TooLarge {
+                path,
+                size_bytes: bytes.len() as u64,
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        }
+        atomic::replace(&*self.fs, &self.root, &path, &format!(".{id}."), &bytes)?;
+        Ok(revision)
+    }
+
+    /// Loads and verifies the snapshot of `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`], or a corrupt-kind error: [`Error::Malformed`],
+    /// [`Error::UnsupportedSchemaVersion`], [`Error::Inconsistent`],
+    /// [`Error::IdMismatch`], [`Error::TooLarge`], [`Error::Insecure`].
+    ///
+    /// # Security
+    ///
+    /// Opens with `O_NOFOLLOW`, refuses non-regular files and hard-linked files, and reads
+    /// at most the size limit.
+    fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        self.read(id)?
+            .ok_or_else(|| Error::NotFound { id: id.clone() })
+    }
+
+    /// Lists every `<id>.json` in the directory. Files whose names are not valid ids and
+    /// files that fail verification are reported in [`SessionList::unreadable`]; other
+    /// names (temporary files, the lock) are ignored.
+    fn list(&self) -> Result<SessionList> {
+        let mut sessions = Vec::new();
+        let mut unreadable = Vec::new();
+        for name in self.names()? {
+            let Some(name) = name.to_str() else { continue };
+            let Some(stem) = name.strip_suffix(SNAPSHOT_SUFFIX) else {
+                continue;
+            };
+            if stem.starts_with('.') {
+                continue;
+            }
+            match SessionId::parse(stem).and_then(|id| self.load(&id)) {
+                Ok(snapshot) => sessions.push(SessionSummary::of(&snapshot)),
+                // Deleted between readdir and open: not an error, just gone.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => unreadable.push(e),
+            }
+        }
+        Ok(SessionList::sorted(sessions, unreadable))
+    }
+
+    /// Deletes the session's file (a symbolic link in its place is removed, not followed)
+    /// and fsyncs the directory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such file; [`Error::Io`] otherwise.
+    fn delete(&self, id: &SessionId) -> Result<()> {
+        let _lock = self.write_lock()?;
+        let path = self.path_of(id);
+        match self.fs.symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(Error::Insecure {
+                    path,
+                    reason: "it is a directory, not a snapshot",
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { id: id.clone() })
+            }
+            Err(e) => return Err(Error::io("inspect", &path, e)),
+        }
+        self.fs
+            .remove_file(&path)
+            .map_err(|e| Error::io("remove", &path, e))?;
+        self.fs
+            .sync_dir(&self.root)
+            .map_err(|e| Error::io("sync the directory after a delete in", &self.root, e))
+    }
+}
+
+fn check_store_dir(fs: &dyn FileSystem, dir: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    let insecure = |reason| Error::Insecure {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    if meta.file_type().is_symlink() {
+        return Err(insecure(
+            "the store directory is a symbolic link; open the real directory instead",
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(insecure("the store path is not a directory"));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        return Err(insecure(
+            "the store directory is writable by other users, who could plant files or links in it; use a private directory or run `chmod 700` on it",
+        ));
+    }
+    if mode & 0o077 != 0 {
+        // Readable by others: file names would leak. Tightening a directory we are given
+        // for sessions is safe (files in it are 0600 anyway) and makes it private.
+        fs.set_dir_private(dir)
+            .map_err(|e| Error::io("make the store directory private (chmod 700)", dir, e))?;
+    }
+    Ok(())
+}
+
+fn is_symlink_error(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ELOOP)
+}

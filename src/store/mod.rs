@@ -1,0 +1,264 @@
+//! The `SessionStore` trait, revisions, and listings.
+
+mod atomic;
+mod file;
+mod fs;
+mod memory;
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::snapshot::SessionSnapshot;
+use crate::usage::Cost;
+
+pub use file::{FileSessionStore, FileStoreBuilder, DEFAULT_MAX_SNAPSHOT_BYTES};
+pub use memory::MemorySessionStore;
+
+/// The version of a stored session, for compare-and-swap saves.
+///
+/// A session that was never saved is at [`Revision::NEW`]; each successful save stores the
+/// next revision and returns it.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::Revision;
+///
+/// assert_eq!(Revision::NEW.next(), Revision::from_u64(1));
+/// assert_eq!(Revision::from_u64(7).to_string(), "7");
+/// ```
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Revision(u64);
+
+impl Revision {
+    /// The revision of a session that has never been saved.
+    pub const NEW: Revision = Revision(0);
+
+    /// A revision from its number.
+    #[must_use]
+    pub const fn from_u64(n: u64) -> Self {
+        Revision(n)
+    }
+
+    /// The revision's number.
+    #[must_use]
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// The revision a save stores after this one.
+    #[must_use]
+    pub const fn next(self) -> Self {
+        Revision(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a listing shows of a stored session.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{Message, SessionId, SessionSnapshot, SessionSummary};
+///
+/// let snapshot = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+///     .transcript(vec![Message::user("Fix the parser")])
+///     .build()?;
+/// let summary = SessionSummary::of(&snapshot);
+/// assert_eq!(summary.title.as_deref(), Some("Fix the parser"));
+/// assert_eq!(summary.message_count, 1);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionSummary {
+    /// The session's id.
+    pub id: SessionId,
+    /// The stored revision.
+    pub revision: Revision,
+    /// When the session was created.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// See [`SessionSnapshot::title`].
+    pub title: Option<String>,
+    /// How many messages its transcript has.
+    pub message_count: usize,
+    /// The model it talks to.
+    pub model: String,
+    /// What it has cost so far.
+    pub cost: Cost,
+}
+
+impl SessionSummary {
+    /// The summary of `snapshot`.
+    #[must_use]
+    pub fn of(snapshot: &SessionSnapshot) -> Self {
+        SessionSummary {
+            id: snapshot.id().clone(),
+            revision: snapshot.revision(),
+            created_at: snapshot.created_at(),
+            updated_at: snapshot.updated_at(),
+            title: snapshot.title(),
+            message_count: snapshot.transcript().len(),
+            model: snapshot.options().model.clone(),
+            cost: snapshot.totals().cost,
+        }
+    }
+}
+
+/// The result of [`SessionStore::list`]: the sessions that could be read, newest first, and
+/// an error for each stored entry that could not.
+///
+/// One damaged file never hides the others: it shows up in `unreadable` instead.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{MemorySessionStore, SessionStore};
+///
+/// let listing = MemorySessionStore::new().list()?;
+/// assert!(listing.sessions.is_empty() && listing.unreadable.is_empty());
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct SessionList {
+    /// Readable sessions, most recently updated first (ties broken by id, descending).
+    pub sessions: Vec<SessionSummary>,
+    /// Why each unreadable entry could not be read.
+    pub unreadable: Vec<Error>,
+}
+
+impl SessionList {
+    /// Sorts `sessions` newest first.
+    pub(crate) fn sorted(mut sessions: Vec<SessionSummary>, unreadable: Vec<Error>) -> Self {
+        sessions.sort_by(|a, b| {
+            b.updated_at
+                .cmp(&a.updated_at)
+                .then_with(|| b.id.cmp(&a.id))
+        });
+        SessionList {
+            sessions,
+            unreadable,
+        }
+    }
+}
+
+/// Where sessions are kept.
+///
+/// The trait is synchronous and object-safe: `Arc<dyn SessionStore>` works, and stores are
+/// `Send + Sync` so one store serves many threads. File I/O is blocking by nature; a network
+/// store wraps its own client. From async code, call it through your runtime's
+/// blocking-task facility if saves may be slow.
+///
+/// # Contract
+///
+/// - [`save`](Self::save) is compare-and-swap: it stores `snapshot` at
+///   `snapshot.revision().next()` only if the stored revision is still
+///   `snapshot.revision()` (or, for [`Revision::NEW`], if nothing is stored under that id),
+///   and fails with [`Error::Conflict`] otherwise, changing nothing.
+/// - [`load`](Self::load) returns the snapshot with its stored revision set
+///   ([`SessionSnapshot::with_revision`]).
+/// - A failed call changes nothing that is stored.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_session::{MemorySessionStore, Revision, SessionId, SessionSnapshot, SessionStore};
+///
+/// let store: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::new());
+/// let snapshot = SessionSnapshot::builder(SessionId::parse("s1")?, "m").build()?;
+/// let revision = store.save(&snapshot)?;
+/// assert_eq!(revision, Revision::from_u64(1));
+///
+/// // Saving the same (now stale) snapshot again is a conflict.
+/// assert!(store.save(&snapshot).unwrap_err().is_conflict());
+/// assert_eq!(store.load(snapshot.id())?.revision(), revision);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+pub trait SessionStore: Send + Sync {
+    /// Saves `snapshot` if the stored revision is still `snapshot.revision()`, and returns
+    /// the new revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] if another writer moved the revision (or created the session
+    /// first); storage errors otherwise. Nothing is changed on error.
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision>;
+
+    /// Loads the stored snapshot of `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is none; a corrupt-kind error if what is stored cannot
+    /// be trusted.
+    fn load(&self, id: &SessionId) -> Result<SessionSnapshot>;
+
+    /// Lists stored sessions, newest first.
+    ///
+    /// # Errors
+    ///
+    /// Only if the store as a whole cannot be read; a single unreadable session is reported
+    /// in [`SessionList::unreadable`].
+    fn list(&self) -> Result<SessionList>;
+
+    /// Deletes the stored session `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is none; storage errors otherwise.
+    fn delete(&self, id: &SessionId) -> Result<()>;
+}
+
+impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        (**self).save(snapshot)
+    }
+
+    fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        (**self).load(id)
+    }
+
+    fn list(&self) -> Result<SessionList> {
+        (**self).list()
+    }
+
+    fn delete(&self, id: &SessionId) -> Result<()> {
+        (**self).delete(id)
+    }
+}
+
+/// Decides a compare-and-swap: `stored` is what the store holds now.
+pub(crate) fn check_revision(
+    id: &SessionId,
+    expected: Revision,
+    stored: Option<Revision>,
+) -> Result<()> {
+    let ok = match stored {
+        None => expected == Revision::NEW,
+        Some(found) => found == expected,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Conflict {
+            id: id.clone(),
+            expected,
+            found: stored,
+        })
+    }
+}

@@ -1,0 +1,730 @@
+//! The provider-neutral transcript: messages made of content blocks.
+//!
+//! A [`Message`] has a [`Role`] and a list of [`ContentBlock`]s: text, a tool call, a tool
+//! result, or any other provider block kept verbatim. Fields a provider sends that the model
+//! does not name are kept in `extra` maps, and [`Message::from_openai_chat`] /
+//! [`Message::from_anthropic`] record the few shape details (a string `content` versus a
+//! list, `null` versus absent) needed to give the provider back exactly what it sent.
+
+mod anthropic;
+mod openai;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::json::strict;
+
+/// Who wrote a message.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{Message, Role};
+///
+/// assert_eq!(Message::user("hi").role, Role::User);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions from the application (OpenAI's `system` and `developer`).
+    System,
+    /// The person using the agent (and, in Anthropic's API, tool results).
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result (OpenAI's `tool` role).
+    Tool,
+}
+
+/// One message of a transcript.
+///
+/// Build messages with [`Message::user`], [`Message::assistant`], [`Message::system`] and
+/// [`Message::tool_result`], or convert a provider's message with
+/// [`Message::from_openai_chat`] or [`Message::from_anthropic`], which give back exactly the
+/// JSON they were given through [`Message::to_openai_chat`] and [`Message::to_anthropic`].
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{ContentBlock, Message, ToolCall};
+/// use serde_json::json;
+///
+/// let reply = Message::assistant(vec![
+///     ContentBlock::text("Let me look."),
+///     ContentBlock::ToolCall(ToolCall::new("call_1", "read_file", json!({"path": "a.rs"}))),
+/// ]);
+/// assert_eq!(reply.text(), "Let me look.");
+/// assert_eq!(reply.tool_calls().count(), 1);
+///
+/// let wire = json!({"role": "user", "content": "hi", "name": "ada"});
+/// let message = Message::from_openai_chat(&wire)?;
+/// assert_eq!(message.to_openai_chat()?, wire);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// What it says, in order.
+    pub content: Vec<ContentBlock>,
+    /// Provider fields the neutral model does not name (`name`, `refusal`, `id`, ...), kept
+    /// verbatim.
+    #[serde(
+        default,
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "strict::map"
+    )]
+    pub extra: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "MessageWire::is_default")]
+    pub(crate) wire: MessageWire,
+}
+
+impl Message {
+    /// A message with `role` and `content` and nothing else.
+    #[must_use]
+    pub fn new(role: Role, content: Vec<ContentBlock>) -> Self {
+        Message {
+            role,
+            content,
+            extra: Map::new(),
+            wire: MessageWire::default(),
+        }
+    }
+
+    /// A user message with one text block.
+    #[must_use]
+    pub fn user(text: impl Into<String>) -> Self {
+        Message::new(Role::User, vec![ContentBlock::text(text)])
+    }
+
+    /// A system message with one text block.
+    #[must_use]
+    pub fn system(text: impl Into<String>) -> Self {
+        Message::new(Role::System, vec![ContentBlock::text(text)])
+    }
+
+    /// An assistant message with the given blocks.
+    #[must_use]
+    pub fn assistant(content: Vec<ContentBlock>) -> Self {
+        Message::new(Role::Assistant, content)
+    }
+
+    /// A [`Role::Tool`] message carrying one tool result.
+    #[must_use]
+    pub fn tool_result(result: ToolResult) -> Self {
+        Message::new(Role::Tool, vec![ContentBlock::ToolResult(result)])
+    }
+
+    /// The message's text blocks joined with newlines.
+    #[must_use]
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for block in &self.content {
+            if let ContentBlock::Text(t) = block {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(&t.text);
+            }
+        }
+        out
+    }
+
+    /// The tool calls this message makes, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolCall(call) => Some(call),
+            _ => None,
+        })
+    }
+
+    /// The tool results this message carries, in order.
+    pub fn tool_results(&self) -> impl Iterator<Item = &ToolResult> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolResult(result) => Some(result),
+            _ => None,
+        })
+    }
+
+    /// Converts a message in OpenAI Chat Completions form (`role`, `content` as a string,
+    /// `null` or a list of parts, `tool_calls`, `tool_call_id`, and any other field).
+    ///
+    /// `developer` becomes [`Role::System`]; a `tool` message becomes one
+    /// [`ContentBlock::ToolResult`]; text parts become [`ContentBlock::Text`]; every other
+    /// part and field is kept verbatim. Tool-call `arguments` strings are kept byte for byte.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`] if `message` is not an object, has an unknown role, or has
+    /// `tool_calls` / `tool_call_id` of the wrong shape.
+    pub fn from_openai_chat(message: &Value) -> Result<Self> {
+        openai::decode(message)
+    }
+
+    /// Converts back to OpenAI Chat Completions form. A message that came from
+    /// [`Message::from_openai_chat`] and was not modified comes back equal to the input.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`] if the message cannot be expressed in that form, such as a
+    /// [`Role::Tool`] message without exactly one tool result, or a tool result in a
+    /// non-tool message.
+    pub fn to_openai_chat(&self) -> Result<Value> {
+        openai::encode(self)
+    }
+
+    /// Converts a message in Anthropic Messages form (`role`, `content` as a string or a
+    /// list of blocks). `tool_use` becomes [`ContentBlock::ToolCall`], `tool_result` becomes
+    /// [`ContentBlock::ToolResult`], `text` becomes [`ContentBlock::Text`], and every other
+    /// block (thinking with its signature, server tools, images) is kept verbatim.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`] if `message` is not an object, has a role other than `user` or
+    /// `assistant`, or has a `tool_use` / `tool_result` block of the wrong shape.
+    pub fn from_anthropic(message: &Value) -> Result<Self> {
+        anthropic::decode(message)
+    }
+
+    /// Converts back to Anthropic Messages form. A message that came from
+    /// [`Message::from_anthropic`] and was not modified comes back equal to the input.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`] if the message cannot be expressed in that form (a system
+    /// message).
+    pub fn to_anthropic(&self) -> Result<Value> {
+        anthropic::encode(self)
+    }
+}
+
+/// One piece of a message.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ContentBlock;
+///
+/// let block = ContentBlock::text("hello");
+/// assert!(matches!(block, ContentBlock::Text(ref t) if t.text == "hello"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ContentBlock {
+    /// Text.
+    Text(TextBlock),
+    /// The model asks for a tool to be run.
+    ToolCall(ToolCall),
+    /// The result of running a tool.
+    ToolResult(ToolResult),
+    /// Any other provider block (images, thinking with its signature, refusals, server-side
+    /// tool blocks), kept verbatim.
+    Other {
+        /// The block exactly as the provider sent it.
+        #[serde(deserialize_with = "strict::value")]
+        value: Value,
+    },
+}
+
+impl ContentBlock {
+    /// A text block.
+    #[must_use]
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text(TextBlock::new(text))
+    }
+}
+
+/// A text block.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::TextBlock;
+///
+/// assert_eq!(TextBlock::new("hi").text, "hi");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TextBlock {
+    /// The text.
+    pub text: String,
+    /// Provider fields such as `citations` or `annotations`, kept verbatim.
+    #[serde(
+        default,
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "strict::map"
+    )]
+    pub extra: Map<String, Value>,
+}
+
+impl TextBlock {
+    /// A text block with no provider fields.
+    #[must_use]
+    pub fn new(text: impl Into<String>) -> Self {
+        TextBlock {
+            text: text.into(),
+            extra: Map::new(),
+        }
+    }
+}
+
+/// The arguments of a tool call, as the provider gave them.
+///
+/// OpenAI sends arguments as a string of JSON text, which is kept byte for byte (never
+/// re-parsed and re-formatted); Anthropic sends a JSON value.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ToolArguments;
+/// use serde_json::json;
+///
+/// let raw = ToolArguments::Text(r#"{"a": 1}"#.into());
+/// assert_eq!(raw.to_value()?, json!({"a": 1}));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolArguments {
+    /// A JSON value (Anthropic `input`).
+    Json(Value),
+    /// JSON text, kept exactly as received (OpenAI `arguments`).
+    Text(String),
+}
+
+impl ToolArguments {
+    /// The arguments as a JSON value, parsing them if they are text.
+    ///
+    /// # Errors
+    ///
+    /// The parser's error if the text is not valid JSON (models do produce that).
+    pub fn to_value(&self) -> serde_json::Result<Value> {
+        match self {
+            ToolArguments::Json(value) => Ok(value.clone()),
+            ToolArguments::Text(text) => serde_json::from_str(text),
+        }
+    }
+}
+
+/// A request from the model to run a tool.
+///
+/// In a snapshot every tool call has exactly one [`ToolResult`] later in the transcript.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ToolCall;
+/// use serde_json::json;
+///
+/// let call = ToolCall::new("call_1", "calculator", json!({"expression": "2+2"}));
+/// assert_eq!(call.arguments.to_value()?["expression"], "2+2");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ToolCallRepr", into = "ToolCallRepr")]
+#[non_exhaustive]
+pub struct ToolCall {
+    /// The provider's id for this call; results refer to it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments.
+    pub arguments: ToolArguments,
+    /// Provider fields such as Anthropic's `caller`, kept verbatim.
+    pub extra: Map<String, Value>,
+    pub(crate) wire: ToolCallWire,
+}
+
+impl ToolCall {
+    /// A tool call with JSON arguments.
+    #[must_use]
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: ToolArguments::Json(arguments),
+            extra: Map::new(),
+            wire: ToolCallWire::default(),
+        }
+    }
+
+    /// A tool call whose arguments are JSON text, kept exactly as given.
+    #[must_use]
+    pub fn with_raw_arguments(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            arguments: ToolArguments::Text(arguments.into()),
+            ..ToolCall::new(id, name, Value::Null)
+        }
+    }
+}
+
+/// The serialized form of [`ToolCall`]: exactly one of `input` (JSON) or `arguments`
+/// (text).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallRepr {
+    id: String,
+    name: String,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_value"
+    )]
+    input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arguments: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "strict::map"
+    )]
+    extra: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "ToolCallWire::is_default")]
+    wire: ToolCallWire,
+}
+
+/// Deserializes a field that is present (even as `null`) as `Some`.
+fn present_value<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Value>, D::Error> {
+    strict::value(d).map(Some)
+}
+
+impl TryFrom<ToolCallRepr> for ToolCall {
+    type Error = String;
+
+    fn try_from(r: ToolCallRepr) -> std::result::Result<Self, String> {
+        let arguments = match (r.input, r.arguments) {
+            (Some(value), None) => ToolArguments::Json(value),
+            (None, Some(text)) => ToolArguments::Text(text),
+            _ => {
+                return Err(format!(
+                    "tool call {:?} must have exactly one of `input` or `arguments`",
+                    r.id
+                ))
+            }
+        };
+        Ok(ToolCall {
+            id: r.id,
+            name: r.name,
+            arguments,
+            extra: r.extra,
+            wire: r.wire,
+        })
+    }
+}
+
+impl From<ToolCall> for ToolCallRepr {
+    fn from(c: ToolCall) -> Self {
+        let (input, arguments) = match c.arguments {
+            ToolArguments::Json(value) => (Some(value), None),
+            ToolArguments::Text(text) => (None, Some(text)),
+        };
+        ToolCallRepr {
+            id: c.id,
+            name: c.name,
+            input,
+            arguments,
+            extra: c.extra,
+            wire: c.wire,
+        }
+    }
+}
+
+/// What a tool returned.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ToolOutput;
+///
+/// assert_eq!(ToolOutput::from("42").as_text(), Some("42"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolOutput {
+    /// Plain text (often JSON text).
+    Text(String),
+    /// Content blocks (text and images, for providers that accept them).
+    Blocks(Vec<ContentBlock>),
+}
+
+impl ToolOutput {
+    /// The output if it is plain text.
+    #[must_use]
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            ToolOutput::Text(text) => Some(text),
+            ToolOutput::Blocks(_) => None,
+        }
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        ToolOutput::Text(text.to_owned())
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        ToolOutput::Text(text)
+    }
+}
+
+/// The result of a tool call, matched to it by `call_id`.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ToolResult;
+///
+/// let ok = ToolResult::new("call_1", "4");
+/// let failed = ToolResult::error("call_2", "division by zero");
+/// assert!(!ok.is_error && failed.is_error);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ToolResult {
+    /// The id of the [`ToolCall`] this answers.
+    pub call_id: String,
+    /// What the tool returned.
+    pub output: ToolOutput,
+    /// True if the tool failed and `output` describes the failure.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Provider fields, kept verbatim.
+    #[serde(
+        default,
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "strict::map"
+    )]
+    pub extra: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "ToolResultWire::is_default")]
+    pub(crate) wire: ToolResultWire,
+}
+
+impl ToolResult {
+    /// A successful result.
+    #[must_use]
+    pub fn new(call_id: impl Into<String>, output: impl Into<ToolOutput>) -> Self {
+        ToolResult {
+            call_id: call_id.into(),
+            output: output.into(),
+            is_error: false,
+            extra: Map::new(),
+            wire: ToolResultWire::default(),
+        }
+    }
+
+    /// A failed result; `output` says what went wrong.
+    #[must_use]
+    pub fn error(call_id: impl Into<String>, output: impl Into<ToolOutput>) -> Self {
+        ToolResult {
+            is_error: true,
+            ..ToolResult::new(call_id, output)
+        }
+    }
+}
+
+/// How a provider shaped a message's `content`, so it can be given back unchanged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ContentShape {
+    /// A list of blocks (the neutral form).
+    #[default]
+    Blocks,
+    /// One string.
+    String,
+    /// `null`.
+    Null,
+    /// No `content` field.
+    Absent,
+}
+
+impl ContentShape {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_blocks(&self) -> bool {
+        *self == ContentShape::Blocks
+    }
+}
+
+/// How a provider shaped a list field that the neutral model derives (OpenAI `tool_calls`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ListShape {
+    /// Present exactly when non-empty.
+    #[default]
+    Derived,
+    /// Present as an empty list.
+    Empty,
+    /// Present as `null`.
+    Null,
+}
+
+impl ListShape {
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+    fn is_derived(&self) -> bool {
+        *self == ListShape::Derived
+    }
+}
+
+/// Shape hints for [`Message`]; empty for messages built in Rust.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MessageWire {
+    #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
+    pub(crate) content: ContentShape,
+    #[serde(default, skip_serializing_if = "ListShape::is_derived")]
+    pub(crate) tool_calls: ListShape,
+    /// The provider's role name when it differs from the neutral one (`developer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) role: Option<String>,
+}
+
+impl MessageWire {
+    fn is_default(&self) -> bool {
+        *self == MessageWire::default()
+    }
+}
+
+/// Shape hints for [`ToolCall`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ToolCallWire {
+    /// OpenAI: the call had no `"type": "function"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) type_absent: bool,
+    /// OpenAI: fields inside `function` other than `name` and `arguments`.
+    #[serde(
+        default,
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "strict::map"
+    )]
+    pub(crate) function_extra: Map<String, Value>,
+}
+
+impl ToolCallWire {
+    fn is_default(&self) -> bool {
+        *self == ToolCallWire::default()
+    }
+}
+
+/// Shape hints for [`ToolResult`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ToolResultWire {
+    /// The output field was `null` or absent (the neutral output is then empty text).
+    #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
+    pub(crate) output: ContentShape,
+    /// Anthropic: `is_error` was present (as `false` or `true`) rather than absent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) is_error_present: bool,
+}
+
+impl ToolResultWire {
+    fn is_default(&self) -> bool {
+        *self == ToolResultWire::default()
+    }
+}
+
+/// Takes a required string field out of a provider object.
+fn take_string(
+    object: &mut Map<String, Value>,
+    key: &str,
+    provider: &'static str,
+) -> Result<String> {
+    match object.remove(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(conversion(
+            provider,
+            format!("`{key}` must be a string, found {}", json_kind(&other)),
+        )),
+        None => Err(conversion(provider, format!("`{key}` is missing"))),
+    }
+}
+
+fn conversion(provider: &'static str, problem: impl Into<String>) -> Error {
+    Error::Conversion {
+        provider,
+        problem: problem.into(),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn as_object(value: &Value, provider: &'static str, what: &str) -> Result<Map<String, Value>> {
+    match value {
+        Value::Object(map) => Ok(map.clone()),
+        other => Err(conversion(
+            provider,
+            format!("{what} must be a JSON object, found {}", json_kind(other)),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn native_form_round_trips() {
+        let message = Message::assistant(vec![
+            ContentBlock::text("a"),
+            ContentBlock::ToolCall(ToolCall::new("c1", "t", json!({"x": 1.5}))),
+            ContentBlock::ToolCall(ToolCall::with_raw_arguments("c2", "t", "{\"y\":  2}")),
+            ContentBlock::Other {
+                value: json!({"type": "thinking", "signature": "abc"}),
+            },
+        ]);
+        let text = serde_json::to_string(&message).unwrap();
+        let back: Message = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, message);
+        let result = Message::tool_result(ToolResult::error("c1", "boom"));
+        let back: Message = serde_json::from_str(&serde_json::to_string(&result).unwrap()).unwrap();
+        assert_eq!(back, result);
+    }
+
+    #[test]
+    fn native_form_is_strict() {
+        let unknown = r#"{"role":"user","content":[],"colour":"red"}"#;
+        assert!(serde_json::from_str::<Message>(unknown).is_err());
+        let unknown_block = r#"{"role":"user","content":[{"type":"text","text":"a","x":1}]}"#;
+        assert!(serde_json::from_str::<Message>(unknown_block).is_err());
+        let both = r#"{"role":"assistant","content":[{"type":"tool_call","id":"a","name":"n","input":{},"arguments":"{}"}]}"#;
+        assert!(serde_json::from_str::<Message>(both).is_err());
+        let neither =
+            r#"{"role":"assistant","content":[{"type":"tool_call","id":"a","name":"n"}]}"#;
+        assert!(serde_json::from_str::<Message>(neither).is_err());
+        let dup = r#"{"role":"user","content":[],"extra":{"a":1,"a":2}}"#;
+        assert!(serde_json::from_str::<Message>(dup).is_err());
+    }
+
+    #[test]
+    fn null_input_is_kept_apart_from_absent() {
+        let call = ToolCall::new("c", "t", Value::Null);
+        let text = serde_json::to_string(&ContentBlock::ToolCall(call.clone())).unwrap();
+        assert!(text.contains("\"input\":null"), "{text}");
+        let back: ContentBlock = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, ContentBlock::ToolCall(call));
+    }
+}
