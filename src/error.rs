@@ -82,7 +82,7 @@ pub enum Error {
 
     /// Stored bytes are not a well-formed snapshot (bad JSON, wrong types, unknown fields).
     #[error(
-        "{} is not a valid snapshot: it may be damaged or written by another program; \
+        "{} could not be decoded: it may be damaged or written by another program; \
          restore it from a backup or delete it",
         DisplayLocation(location)
     )]
@@ -206,9 +206,8 @@ pub enum Error {
 pub enum Location {
     /// A file on disk.
     File(PathBuf),
-    /// A session in a store that is not file-backed, or a snapshot decoded from bytes.
-    Session(String),
-    /// Bytes with no known origin.
+    /// Bytes with no known origin, such as those given to
+    /// [`SessionSnapshot::from_json`](crate::SessionSnapshot::from_json).
     Bytes,
 }
 
@@ -224,8 +223,7 @@ impl fmt::Display for DisplayLocation<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Location::File(path) => write!(f, "snapshot file {}", path.display()),
-            Location::Session(id) => write!(f, "snapshot of session {id}"),
-            Location::Bytes => f.write_str("snapshot"),
+            Location::Bytes => f.write_str("the snapshot data"),
         }
     }
 }
@@ -272,7 +270,7 @@ impl Error {
             | Error::Conversion { .. } => ErrorKind::InvalidInput,
             Error::Inconsistent { location, .. } => match location {
                 Location::Bytes => ErrorKind::InvalidInput,
-                _ => ErrorKind::Corrupt,
+                Location::File(_) => ErrorKind::Corrupt,
             },
             Error::UnsupportedSchemaVersion { .. }
             | Error::Malformed { .. }

@@ -134,6 +134,11 @@ pub use transcript::{
 };
 pub use usage::{Cost, Usage, UsageTotals};
 
+/// The README's examples, compiled and run as doc tests so they cannot drift.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 #[cfg(test)]
 mod send_sync {
     use super::*;

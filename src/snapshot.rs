@@ -125,7 +125,8 @@ impl ToolCallStatus {
 ///     .build()?;
 /// let record = &snapshot.tool_calls()[0];
 /// assert_eq!(record.tool_name, "calc");
-/// assert_eq!(snapshot.tool_result(record).output.as_text(), Some("4"));
+/// let result = snapshot.tool_result(record).expect("records point into their snapshot");
+/// assert_eq!(result.output.as_text(), Some("4"));
 /// # Ok::<(), agent_session::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -221,6 +222,14 @@ struct VersionProbe {
     schema_version: Option<u64>,
 }
 
+/// The header fields a store needs for a compare-and-swap; the rest is skipped unbuilt.
+#[derive(Deserialize)]
+struct Header {
+    schema_version: u64,
+    id: SessionId,
+    revision: Revision,
+}
+
 impl SessionSnapshot {
     /// Starts building a snapshot of session `id` talking to `model`, for importing a
     /// conversation or writing a custom store's tests. Sessions make their own snapshots
@@ -283,6 +292,19 @@ impl SessionSnapshot {
         };
         snapshot.validate()?;
         Ok(snapshot)
+    }
+
+    /// Reads only the id and revision of an encoded snapshot (checking the JSON syntax of
+    /// the whole document and the schema version), for stores deciding a compare-and-swap.
+    pub(crate) fn peek_revision(bytes: &[u8]) -> Result<(SessionId, Revision)> {
+        let header: Header = serde_json::from_slice(bytes).map_err(|source| Error::Malformed {
+            location: Location::Bytes,
+            source,
+        })?;
+        if header.schema_version != u64::from(SCHEMA_VERSION) {
+            return Err(unsupported(header.schema_version));
+        }
+        Ok((header.id, header.revision))
     }
 
     /// Encodes the snapshot as compact JSON.

@@ -235,8 +235,9 @@ impl FileSessionStore {
             .map_err(|e| Error::io("read the store directory", &self.root, e))
     }
 
-    /// Reads and verifies the snapshot of `id`; `Ok(None)` if there is none.
-    fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
+    /// Reads the file of `id` after checking it is a plain, singly linked regular file
+    /// within the size limit; `Ok(None)` if there is none.
+    fn read_bytes(&self, id: &SessionId) -> Result<Option<(PathBuf, Vec<u8>)>> {
         let path = self.path_of(id);
         let mut file = match self.fs.open_read(&path) {
             Ok(file) => file,
@@ -282,16 +283,42 @@ impl FileSessionStore {
         if read > self.max_snapshot_bytes {
             return Err(too_large(read));
         }
+        Ok(Some((path, bytes)))
+    }
+
+    /// Reads and verifies the snapshot of `id`; `Ok(None)` if there is none.
+    fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
+        let Some((path, bytes)) = self.read_bytes(id)? else {
+            return Ok(None);
+        };
         let snapshot =
             SessionSnapshot::from_json(&bytes).map_err(|e| e.at(&Location::file(&path)))?;
-        if snapshot.id() != id {
-            return Err(Error::IdMismatch {
-                path,
-                expected: id.clone(),
-                found: snapshot.id().to_string(),
-            });
-        }
+        check_embedded_id(&path, id, snapshot.id())?;
         Ok(Some(snapshot))
+    }
+
+    /// The revision of the stored snapshot of `id`, for a compare-and-swap. Checks the
+    /// file as `read` does and the JSON syntax of all of it, but builds only the header.
+    fn stored_revision(&self, id: &SessionId) -> Result<Option<Revision>> {
+        let Some((path, bytes)) = self.read_bytes(id)? else {
+            return Ok(None);
+        };
+        let (found, revision) =
+            SessionSnapshot::peek_revision(&bytes).map_err(|e| e.at(&Location::file(&path)))?;
+        check_embedded_id(&path, id, &found)?;
+        Ok(Some(revision))
+    }
+}
+
+fn check_embedded_id(path: &Path, expected: &SessionId, found: &SessionId) -> Result<()> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(Error::IdMismatch {
+            path: path.to_path_buf(),
+            expected: expected.clone(),
+            found: found.to_string(),
+        })
     }
 }
 
@@ -313,7 +340,7 @@ impl SessionStore for FileSessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let _lock = self.write_lock()?;
         let id = snapshot.id();
-        let stored = self.read(id)?.map(|s| s.revision());
+        let stored = self.stored_revision(id)?;
         check_revision(id, snapshot.revision(), stored)?;
         let revision = snapshot.revision().next();
         let bytes = snapshot.to_json_with_revision(revision)?;
