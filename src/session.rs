@@ -329,7 +329,8 @@ impl<E: Engine> Session<E> {
     ///
     /// [`Error::Engine`] if the engine fails or returns a message that would make the
     /// transcript inconsistent (not an assistant message, a tool result, or a tool-call id
-    /// used before). Steps completed before the failure are kept. Tool failures are not
+    /// used before); a refused message is not appended, but its usage is kept, because the
+    /// provider charged for it. Steps completed before the failure are kept. Tool failures are not
     /// errors: they become error results the model sees.
     pub async fn send(&mut self, text: impl Into<String>) -> Result<TurnOutcome> {
         self.send_message(Message::user(text)).await
@@ -384,9 +385,11 @@ impl<E: Engine> Session<E> {
                     id: s.id.clone(),
                     source,
                 })?;
-            s.check_completion(&completion.message)?;
-            outcome.completions += 1;
+            // The provider charged for the completion even if its message is refused, so
+            // its usage is kept either way: cost must never be under-reported.
             s.usage.push(completion.usage);
+            outcome.completions += 1;
+            s.check_completion(&completion.message)?;
             let message_index = s.transcript.len();
             turn.pending = completion
                 .message
