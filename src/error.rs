@@ -157,6 +157,21 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// A snapshot nests JSON values (in metadata, tool arguments or provider blocks) deeper
+    /// than a snapshot can be read back with, so it is not written.
+    #[error(
+        "session {id} holds JSON nested {depth} levels deep, but snapshots can be read back \
+         only up to {limit} levels: flatten deeply nested metadata or tool arguments"
+    )]
+    TooDeep {
+        /// The session being encoded.
+        id: SessionId,
+        /// How deep its JSON form nests.
+        depth: usize,
+        /// The deepest nesting a snapshot may have.
+        limit: usize,
+    },
+
     /// A snapshot could not be encoded as JSON.
     #[error("could not encode session {id} as JSON")]
     Encode {
@@ -206,6 +221,9 @@ pub enum Error {
 pub enum Location {
     /// A file on disk.
     File(PathBuf),
+    /// A snapshot in a store that is not file-backed, described by the store (a database
+    /// key, a URL).
+    Stored(String),
     /// Bytes with no known origin, such as those given to
     /// [`SessionSnapshot::from_json`](crate::SessionSnapshot::from_json).
     Bytes,
@@ -223,6 +241,7 @@ impl fmt::Display for DisplayLocation<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Location::File(path) => write!(f, "snapshot file {}", path.display()),
+            Location::Stored(description) => write!(f, "stored snapshot {description}"),
             Location::Bytes => f.write_str("the snapshot data"),
         }
     }
@@ -267,10 +286,11 @@ impl Error {
             Error::InvalidId { .. }
             | Error::InvalidArgument { .. }
             | Error::Encode { .. }
+            | Error::TooDeep { .. }
             | Error::Conversion { .. } => ErrorKind::InvalidInput,
             Error::Inconsistent { location, .. } => match location {
                 Location::Bytes => ErrorKind::InvalidInput,
-                Location::File(_) => ErrorKind::Corrupt,
+                Location::File(_) | Location::Stored(_) => ErrorKind::Corrupt,
             },
             Error::UnsupportedSchemaVersion { .. }
             | Error::Malformed { .. }
@@ -315,9 +335,23 @@ impl Error {
         }
     }
 
-    /// Replaces an unknown location with a known one, so errors raised while decoding bytes
-    /// name the file or session they came from.
-    pub(crate) fn at(self, location: &Location) -> Self {
+    /// Names where a snapshot came from in an error raised while decoding it (one whose
+    /// location is [`Location::Bytes`]), so the message says which stored snapshot is bad
+    /// and [`kind`](Self::kind) says corrupt rather than invalid input. Other errors are
+    /// returned unchanged. For custom [`SessionStore`](crate::SessionStore)s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ErrorKind, Location, SessionSnapshot};
+    ///
+    /// let err = SessionSnapshot::from_json(b"{}").unwrap_err()
+    ///     .at(&Location::Stored("kv://sessions/abc".into()));
+    /// assert_eq!(err.kind(), ErrorKind::Corrupt);
+    /// assert!(err.to_string().contains("kv://sessions/abc"));
+    /// ```
+    #[must_use]
+    pub fn at(self, location: &Location) -> Self {
         match self {
             Error::Inconsistent {
                 location: Location::Bytes,

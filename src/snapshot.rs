@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
-use crate::json::strict;
+use crate::json::{self, object_only, strict};
 use crate::store::Revision;
 use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
 use crate::usage::{Usage, UsageTotals};
@@ -138,8 +138,10 @@ pub struct ToolCallRecord {
     /// The tool's name.
     pub tool_name: String,
     /// Where the [`ToolCall`] block is.
+    #[serde(deserialize_with = "strict::object")]
     pub call_at: BlockPosition,
     /// Where its [`ToolResult`] block is.
+    #[serde(deserialize_with = "strict::object")]
     pub result_at: BlockPosition,
     /// How the call ended.
     pub status: ToolCallStatus,
@@ -185,20 +187,26 @@ pub struct SessionSnapshot {
 /// The decoded JSON form; only [`SessionSnapshot::from_json`] turns it into a snapshot,
 /// after validation.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 struct Decoded {
     schema_version: u64,
     id: SessionId,
     revision: Revision,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    #[serde(deserialize_with = "strict::object")]
     options: PersistedOptions,
     #[serde(deserialize_with = "strict::map")]
     metadata: Map<String, Value>,
+    #[serde(deserialize_with = "strict::objects")]
     transcript: Vec<Message>,
+    #[serde(deserialize_with = "strict::objects")]
     tool_calls: Vec<ToolCallRecord>,
+    #[serde(deserialize_with = "strict::objects")]
     usage: Vec<Usage>,
 }
+
+object_only!(de Decoded);
 
 /// The encoded JSON form, borrowing from a snapshot so a store can write it under a new
 /// revision without copying the transcript.
@@ -254,7 +262,7 @@ impl SessionSnapshot {
     ///
     /// - [`Error::UnsupportedSchemaVersion`] if the snapshot claims another schema version;
     /// - [`Error::Malformed`] for invalid JSON, wrong types, missing or unknown fields,
-    ///   duplicate keys, invalid ids, or nesting deeper than 128 levels;
+    ///   duplicate keys, invalid ids, or nesting deeper than 127 levels;
     /// - [`Error::Inconsistent`] if the content contradicts itself (see the type docs).
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         let decoded: Decoded = match serde_json::from_slice(bytes) {
@@ -311,14 +319,19 @@ impl SessionSnapshot {
     ///
     /// # Errors
     ///
-    /// [`Error::Encode`] if serialization fails (it does not for snapshots built by this
-    /// crate; the variant exists for completeness).
+    /// [`Error::TooDeep`] if metadata, tool arguments or provider blocks nest so deeply
+    /// that the snapshot could not be decoded again (more than 127 levels in all).
     pub fn to_json(&self) -> Result<Vec<u8>> {
         self.to_json_with_revision(self.revision)
     }
 
-    /// Encodes the snapshot as it will be stored at `revision`.
-    pub(crate) fn to_json_with_revision(&self, revision: Revision) -> Result<Vec<u8>> {
+    /// Encodes the snapshot as it will be stored at `revision`, without copying it. Custom
+    /// stores use this to write `snapshot.revision().next()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`to_json`](Self::to_json).
+    pub fn to_json_with_revision(&self, revision: Revision) -> Result<Vec<u8>> {
         let encoded = Encoded {
             schema_version: SCHEMA_VERSION,
             id: &self.id,
@@ -331,10 +344,20 @@ impl SessionSnapshot {
             tool_calls: &self.tool_calls,
             usage: &self.usage,
         };
-        serde_json::to_vec(&encoded).map_err(|source| Error::Encode {
+        let bytes = serde_json::to_vec(&encoded).map_err(|source| Error::Encode {
             id: self.id.clone(),
             source,
-        })
+        })?;
+        // Never write what could not be read back: the decoder has a nesting limit.
+        let depth = json::nesting_depth(&bytes);
+        if depth > json::MAX_JSON_DEPTH {
+            return Err(Error::TooDeep {
+                id: self.id.clone(),
+                depth,
+                limit: json::MAX_JSON_DEPTH,
+            });
+        }
+        Ok(bytes)
     }
 
     /// The schema version of this snapshot's JSON form.
@@ -412,35 +435,23 @@ impl SessionSnapshot {
         UsageTotals::sum(&self.usage)
     }
 
-    /// The tool call a record refers to.
-    ///
-    /// # Panics
-    ///
-    /// If `record` does not come from this snapshot's [`tool_calls`](Self::tool_calls).
+    /// The tool call a record refers to; `None` only for a record from another snapshot.
     #[must_use]
-    pub fn tool_call(&self, record: &ToolCallRecord) -> &ToolCall {
+    pub fn tool_call(&self, record: &ToolCallRecord) -> Option<&ToolCall> {
         match block_at(&self.transcript, record.call_at) {
-            Some(ContentBlock::ToolCall(call)) => call,
-            _ => panic!(
-                "tool-call record {:?} is not from this snapshot",
-                record.call_id
-            ),
+            Some(ContentBlock::ToolCall(call)) if call.id == record.call_id => Some(call),
+            _ => None,
         }
     }
 
-    /// The tool result a record refers to.
-    ///
-    /// # Panics
-    ///
-    /// If `record` does not come from this snapshot's [`tool_calls`](Self::tool_calls).
+    /// The tool result a record refers to; `None` only for a record from another snapshot.
     #[must_use]
-    pub fn tool_result(&self, record: &ToolCallRecord) -> &ToolResult {
+    pub fn tool_result(&self, record: &ToolCallRecord) -> Option<&ToolResult> {
         match block_at(&self.transcript, record.result_at) {
-            Some(ContentBlock::ToolResult(result)) => result,
-            _ => panic!(
-                "tool-call record {:?} is not from this snapshot",
-                record.call_id
-            ),
+            Some(ContentBlock::ToolResult(result)) if result.call_id == record.call_id => {
+                Some(result)
+            }
+            _ => None,
         }
     }
 

@@ -74,8 +74,8 @@ fn describe(snapshot: &SessionSnapshot) -> Value {
         .map(|record| {
             json!({
                 "record": record,
-                "call": snapshot.tool_call(record),
-                "result": snapshot.tool_result(record),
+                "call": snapshot.tool_call(record).expect("record points at its call"),
+                "result": snapshot.tool_result(record).expect("record points at its result"),
             })
         })
         .collect();

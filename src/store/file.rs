@@ -298,7 +298,8 @@ impl FileSessionStore {
     }
 
     /// The revision of the stored snapshot of `id`, for a compare-and-swap. Checks the
-    /// file as `read` does and the JSON syntax of all of it, but builds only the header.
+    /// file as `read` does, but decodes only the header (schema version, id, revision);
+    /// the rest is skimmed for JSON structure, not verified.
     fn stored_revision(&self, id: &SessionId) -> Result<Option<Revision>> {
         let Some((path, bytes)) = self.read_bytes(id)? else {
             return Ok(None);
@@ -327,11 +328,16 @@ impl SessionStore for FileSessionStore {
     ///
     /// # Errors
     ///
-    /// [`Error::Conflict`] if the revision moved; [`Error::TooLarge`] if the encoded
-    /// snapshot is over the limit; a corrupt-kind error if the stored file cannot be
-    /// trusted (delete it first to replace it); [`Error::Io`] naming the step and path that
-    /// failed. Before the final rename nothing stored is changed; see the type docs for the
-    /// directory-fsync case.
+    /// [`Error::Conflict`] if the revision moved; [`Error::TooLarge`] or
+    /// [`Error::TooDeep`] if the encoded snapshot could not be read back; a corrupt-kind
+    /// error if the stored file's header (schema version, id, revision) cannot be trusted
+    /// or it is a link, not a regular file, or over the size limit (delete it first to
+    /// replace it); [`Error::Io`] naming the step and path that failed. Before the final
+    /// rename nothing stored is changed; see the type docs for the directory-fsync case.
+    ///
+    /// Only the stored file's header is decoded to decide the compare-and-swap, so a file
+    /// damaged elsewhere (which [`load`](SessionStore::load) refuses) is replaced by a save
+    /// made at its own revision, which repairs it.
     ///
     /// # Security
     ///
@@ -380,7 +386,16 @@ impl SessionStore for FileSessionStore {
         let mut sessions = Vec::new();
         let mut unreadable = Vec::new();
         for name in self.names()? {
-            let Some(name) = name.to_str() else { continue };
+            let Some(name) = name.to_str() else {
+                let lossy = name.to_string_lossy();
+                if lossy.ends_with(SNAPSHOT_SUFFIX) && !lossy.starts_with('.') {
+                    unreadable.push(Error::InvalidId {
+                        id: lossy.into_owned(),
+                        reason: "the file name is not valid UTF-8",
+                    });
+                }
+                continue;
+            };
             let Some(stem) = name.strip_suffix(SNAPSHOT_SUFFIX) else {
                 continue;
             };
@@ -394,7 +409,7 @@ impl SessionStore for FileSessionStore {
                 Err(e) => unreadable.push(e),
             }
         }
-        Ok(SessionList::sorted(sessions, unreadable))
+        Ok(SessionList::new(sessions, unreadable))
     }
 
     /// Deletes the session's file (a symbolic link in its place is removed, not followed)

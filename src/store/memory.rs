@@ -67,7 +67,7 @@ impl SessionStore for MemorySessionStore {
 
     fn list(&self) -> Result<SessionList> {
         let summaries = self.sessions().values().map(SessionSummary::of).collect();
-        Ok(SessionList::sorted(summaries, Vec::new()))
+        Ok(SessionList::new(summaries, Vec::new()))
     }
 
     fn delete(&self, id: &SessionId) -> Result<()> {

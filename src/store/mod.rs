@@ -143,8 +143,11 @@ pub struct SessionList {
 }
 
 impl SessionList {
-    /// Sorts `sessions` newest first.
-    pub(crate) fn sorted(mut sessions: Vec<SessionSummary>, unreadable: Vec<Error>) -> Self {
+    /// A listing of `sessions`, sorted newest first (most recently updated, then id
+    /// descending), and the errors of the entries that could not be read. For custom
+    /// [`SessionStore`]s.
+    #[must_use]
+    pub fn new(mut sessions: Vec<SessionSummary>, unreadable: Vec<Error>) -> Self {
         sessions.sort_by(|a, b| {
             b.updated_at
                 .cmp(&a.updated_at)

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::json::strict;
+use crate::json::{object_only, strict};
 
 /// Who wrote a message.
 ///
@@ -69,6 +69,7 @@ pub struct Message {
     /// Who wrote it.
     pub role: Role,
     /// What it says, in order.
+    #[serde(deserialize_with = "strict::objects")]
     pub content: Vec<ContentBlock>,
     /// Provider fields the neutral model does not name (`name`, `refusal`, `id`, ...), kept
     /// verbatim.
@@ -212,7 +213,7 @@ impl Message {
 /// assert!(matches!(block, ContentBlock::Text(ref t) if t.text == "hello"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum ContentBlock {
     /// Text.
@@ -369,7 +370,7 @@ impl ToolCall {
 /// The serialized form of [`ToolCall`]: exactly one of `input` (JSON) or `arguments`
 /// (text).
 #[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 struct ToolCallRepr {
     id: String,
     name: String,
@@ -390,6 +391,8 @@ struct ToolCallRepr {
     #[serde(default, skip_serializing_if = "ToolCallWire::is_default")]
     wire: ToolCallWire,
 }
+
+object_only!(ToolCallRepr);
 
 /// Deserializes a field that is present (even as `null`) as `Some`.
 fn present_value<'de, D: serde::Deserializer<'de>>(
@@ -454,7 +457,7 @@ pub enum ToolOutput {
     /// Plain text (often JSON text).
     Text(String),
     /// Content blocks (text and images, for providers that accept them).
-    Blocks(Vec<ContentBlock>),
+    Blocks(#[serde(deserialize_with = "strict::objects")] Vec<ContentBlock>),
 }
 
 impl ToolOutput {
@@ -580,7 +583,7 @@ impl ListShape {
 
 /// Shape hints for [`Message`]; empty for messages built in Rust.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub(crate) struct MessageWire {
     #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
     pub(crate) content: ContentShape,
@@ -591,6 +594,8 @@ pub(crate) struct MessageWire {
     pub(crate) role: Option<String>,
 }
 
+object_only!(MessageWire);
+
 impl MessageWire {
     fn is_default(&self) -> bool {
         *self == MessageWire::default()
@@ -599,7 +604,7 @@ impl MessageWire {
 
 /// Shape hints for [`ToolCall`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub(crate) struct ToolCallWire {
     /// OpenAI: the call had no `"type": "function"`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -613,6 +618,8 @@ pub(crate) struct ToolCallWire {
     pub(crate) function_extra: Map<String, Value>,
 }
 
+object_only!(ToolCallWire);
+
 impl ToolCallWire {
     fn is_default(&self) -> bool {
         *self == ToolCallWire::default()
@@ -621,7 +628,7 @@ impl ToolCallWire {
 
 /// Shape hints for [`ToolResult`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub(crate) struct ToolResultWire {
     /// The output field was `null` or absent (the neutral output is then empty text).
     #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
@@ -630,6 +637,8 @@ pub(crate) struct ToolResultWire {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) is_error_present: bool,
 }
+
+object_only!(ToolResultWire);
 
 impl ToolResultWire {
     fn is_default(&self) -> bool {

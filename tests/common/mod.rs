@@ -449,14 +449,16 @@ pub fn assert_paired(snapshot: &SessionSnapshot) {
     assert_eq!(calls.len(), results, "one result per call");
     for (call, record) in calls.iter().zip(snapshot.tool_calls()) {
         assert_eq!(call.id, record.call_id);
-        assert_eq!(snapshot.tool_call(record).id, record.call_id);
-        assert_eq!(snapshot.tool_result(record).call_id, record.call_id);
+        let call = snapshot
+            .tool_call(record)
+            .expect("the record points at its call");
+        let result = snapshot
+            .tool_result(record)
+            .expect("the record points at its result");
+        assert_eq!(call.id, record.call_id);
+        assert_eq!(result.call_id, record.call_id);
         assert!(record.result_at > record.call_at, "{record:?}");
-        assert_eq!(
-            snapshot.tool_result(record).is_error,
-            record.status.is_error(),
-            "{record:?}"
-        );
+        assert_eq!(result.is_error, record.status.is_error(), "{record:?}");
     }
 }
 

@@ -1,0 +1,350 @@
+//! Keeping sessions in your own backend: implement [`SessionStore`].
+//!
+//! ```sh
+//! cargo run --example custom_store
+//! ```
+//!
+//! The backend here is [`KeyValueService`], an in-process stand-in for a remote key-value
+//! service (etcd, Consul, `DynamoDB`, Redis with a script, an object store with
+//! conditional writes): keys map to bytes, every key has a version, and a write can be made conditional
+//! on the version. That conditional write is what makes [`SessionStore::save`] a correct
+//! compare-and-swap: two application instances that resume the same session cannot
+//! overwrite each other's turns. The example shows the second writer being refused with
+//! [`Error::Conflict`] and recovering by reloading.
+//!
+//! The rules a store must follow (see [`SessionStore`]):
+//!
+//! - `save` stores the snapshot at `snapshot.revision().next()` only if the stored revision
+//!   is still `snapshot.revision()` ([`Revision::NEW`]: only if nothing is stored), and
+//!   otherwise fails with [`Error::Conflict`], changing nothing;
+//! - `load` returns the snapshot with its stored revision set, via
+//!   [`SessionSnapshot::with_revision`];
+//! - a failed call changes nothing.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use agent_session::{
+    BoxError, Completion, CompletionRequest, ContentBlock, Cost, Engine, Error, Harness, Message,
+    Revision, Role, SessionId, SessionList, SessionOptions, SessionSnapshot, SessionStore,
+    SessionSummary, Usage,
+};
+
+// ---------------------------------------------------------------------------------------
+// The backend: a pretend key-value service.
+// ---------------------------------------------------------------------------------------
+
+/// A key-value service with versioned keys and conditional writes. The mutex stands for
+/// the service's own atomicity; a client never holds a lock across calls.
+#[derive(Debug, Default)]
+struct KeyValueService {
+    entries: Mutex<HashMap<String, Versioned>>,
+}
+
+#[derive(Debug, Clone)]
+struct Versioned {
+    /// Starts at 1 when the key is created and goes up by one on every write.
+    version: u64,
+    bytes: Vec<u8>,
+}
+
+impl KeyValueService {
+    fn entries(&self) -> MutexGuard<'_, HashMap<String, Versioned>> {
+        // Every change is a single insert or remove, so a poisoned map is still whole.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, key: &str) -> Option<Versioned> {
+        self.entries().get(key).cloned()
+    }
+
+    /// Writes `bytes` under `key` if the key's version is `expected` (0: the key must not
+    /// exist) and returns the new version; otherwise changes nothing and returns the
+    /// current version (`None`: no such key).
+    fn put_if_version(&self, key: &str, expected: u64, bytes: Vec<u8>) -> Result<u64, Option<u64>> {
+        let mut entries = self.entries();
+        let current = entries.get(key).map(|entry| entry.version);
+        if current.unwrap_or(0) != expected {
+            return Err(current);
+        }
+        let version = expected + 1;
+        entries.insert(key.to_owned(), Versioned { version, bytes });
+        Ok(version)
+    }
+
+    fn delete(&self, key: &str) -> bool {
+        self.entries().remove(key).is_some()
+    }
+
+    fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .entries()
+            .keys()
+            .filter(|key| key.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The store: `SessionStore` over the service.
+// ---------------------------------------------------------------------------------------
+
+/// Sessions as `sessions/<id>` keys. The service's key version *is* the session's
+/// revision, so the service's conditional write does the compare-and-swap.
+#[derive(Debug, Clone)]
+struct KvSessionStore {
+    service: Arc<KeyValueService>,
+}
+
+const PREFIX: &str = "sessions/";
+
+impl KvSessionStore {
+    fn new(service: Arc<KeyValueService>) -> Self {
+        KvSessionStore { service }
+    }
+
+    /// Session ids are `a-z 0-9 - _` only, so they are safe in any key or URL.
+    fn key(id: &SessionId) -> String {
+        format!("{PREFIX}{id}")
+    }
+}
+
+impl SessionStore for KvSessionStore {
+    fn save(&self, snapshot: &SessionSnapshot) -> agent_session::Result<Revision> {
+        let expected = snapshot.revision();
+        let revision = expected.next();
+        // Encode it as it will be stored, so the JSON's own `revision` field is right for
+        // anyone reading the bytes directly. (`to_json` writes the snapshot's revision.)
+        let bytes = snapshot.clone().with_revision(revision).to_json()?;
+        match self
+            .service
+            .put_if_version(&Self::key(snapshot.id()), expected.as_u64(), bytes)
+        {
+            Ok(version) => Ok(Revision::from_u64(version)),
+            Err(current) => Err(Error::Conflict {
+                id: snapshot.id().clone(),
+                expected,
+                found: current.map(Revision::from_u64),
+            }),
+        }
+    }
+
+    fn load(&self, id: &SessionId) -> agent_session::Result<SessionSnapshot> {
+        let key = Self::key(id);
+        let entry = self
+            .service
+            .get(&key)
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        // Strict decoding and full validation: damaged bytes are an error, never a
+        // half-valid session.
+        let snapshot = SessionSnapshot::from_json(&entry.bytes)?;
+        // Refuse bytes filed under the wrong key, as the file store refuses a renamed file.
+        if snapshot.id() != id {
+            return Err(Error::IdMismatch {
+                path: PathBuf::from(key),
+                expected: id.clone(),
+                found: snapshot.id().to_string(),
+            });
+        }
+        Ok(snapshot.with_revision(Revision::from_u64(entry.version)))
+    }
+
+    fn list(&self) -> agent_session::Result<SessionList> {
+        let mut listing = SessionList::default();
+        for key in self.service.keys_with_prefix(PREFIX) {
+            let name = key.strip_prefix(PREFIX).unwrap_or(&key);
+            match SessionId::parse(name).and_then(|id| self.load(&id)) {
+                Ok(snapshot) => listing.sessions.push(SessionSummary::of(&snapshot)),
+                // Deleted between listing the keys and reading one: just gone.
+                Err(err) if err.is_not_found() => {}
+                // One bad entry never hides the others.
+                Err(err) => listing.unreadable.push(err),
+            }
+        }
+        // Newest first, ties broken by id, descending, as the built-in stores do.
+        listing.sessions.sort_by(|a, b| {
+            b.updated_at
+                .cmp(&a.updated_at)
+                .then_with(|| b.id.cmp(&a.id))
+        });
+        Ok(listing)
+    }
+
+    fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
+        if self.service.delete(&Self::key(id)) {
+            Ok(())
+        } else {
+            Err(Error::NotFound { id: id.clone() })
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A stand-in model, so the example runs offline.
+// ---------------------------------------------------------------------------------------
+
+/// Takes notes: replies with how many notes the conversation holds, which it can only
+/// know from the transcript it is given.
+struct NoteTaker;
+
+impl Engine for NoteTaker {
+    async fn complete(&mut self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+        let notes: Vec<String> = request
+            .transcript
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(Message::text)
+            .collect();
+        let reply = format!("Noted. Your notes: {}.", notes.join("; "));
+        let input_tokens = 30 + 3 * u64::try_from(notes.len()).unwrap_or(u64::MAX);
+        let usage = Usage::new(request.model)
+            .with_tokens(input_tokens, 12)
+            .with_cost(
+                Cost::per_million_tokens(Cost::from_nano_usd(250_000_000), input_tokens)
+                    + Cost::per_million_tokens(Cost::from_nano_usd(1_250_000_000), 12),
+            );
+        Ok(Completion::new(
+            Message::assistant(vec![ContentBlock::text(reply)]),
+            usage,
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The demonstration.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn StdError>> {
+    println!("agent-session: a custom SessionStore over a key-value service");
+    println!("=============================================================");
+
+    let service = Arc::new(KeyValueService::default());
+    // Two application instances (think: two servers) sharing one service.
+    let app_a = Harness::builder(KvSessionStore::new(Arc::clone(&service)), || NoteTaker).build();
+    let app_b = Harness::builder(KvSessionStore::new(Arc::clone(&service)), || NoteTaker).build();
+
+    heading("1. Instance A starts a session");
+    let mut session = app_a.new_session(
+        SessionOptions::new("note-taker-1").metadata_entry("title", "Errands".into()),
+    )?;
+    let id = session.id().clone();
+    say(&mut session, "A", "buy milk").await?;
+    let revision = app_a.save_session(&mut session)?;
+    println!("A saved revision {revision}");
+    show_service(&service);
+
+    heading("2. Both instances resume it, and both change it");
+    let mut in_a = app_a.resume_session(&id, None)?;
+    let mut in_b = app_b.resume_session(&id, None)?;
+    println!(
+        "A and B both loaded revision {} ({} messages)",
+        in_a.revision(),
+        in_a.transcript().len()
+    );
+    say(&mut in_a, "A", "call the plumber").await?;
+    say(&mut in_b, "B", "book the dentist").await?;
+    println!("A saves: revision {}", app_a.save_session(&mut in_a)?);
+    match app_b.save_session(&mut in_b) {
+        Err(err) if err.is_conflict() => {
+            println!("B saves: refused, so A's turn is not overwritten:");
+            println!("  {err}");
+        }
+        Err(err) => return Err(err.into()),
+        Ok(revision) => {
+            return Err(format!("B's stale save was accepted at revision {revision}").into())
+        }
+    }
+    let stored = app_a.store().load(&id)?;
+    println!(
+        "Stored: revision {}, last note {:?}",
+        stored.revision(),
+        last_user_text(stored.transcript())
+    );
+
+    heading("3. B recovers: load again, reapply, save");
+    let mut in_b = app_b.resume_session(&id, None)?;
+    say(&mut in_b, "B", "book the dentist").await?;
+    println!("B saves: revision {}", app_b.save_session(&mut in_b)?);
+
+    heading("4. Creating a session whose id is taken is a conflict too");
+    let fresh = SessionSnapshot::builder(id.clone(), "note-taker-1").build()?;
+    match app_b.store().save(&fresh) {
+        Err(err) if err.is_conflict() => println!("  {err}"),
+        Err(err) => return Err(err.into()),
+        Ok(revision) => {
+            return Err(format!("a second create was accepted at revision {revision}").into())
+        }
+    }
+
+    heading("5. What is stored");
+    for summary in app_b.list_sessions()?.sessions {
+        println!(
+            "{}  revision {}, {} messages, {}  \"{}\"",
+            summary.id,
+            summary.revision,
+            summary.message_count,
+            summary.cost,
+            summary.title.as_deref().unwrap_or("untitled")
+        );
+    }
+    show_service(&service);
+    app_b.delete_session(&id)?;
+    println!(
+        "After delete_session: {} sessions",
+        app_b.list_sessions()?.sessions.len()
+    );
+    Ok(())
+}
+
+/// Sends `text` as instance `who` and prints the reply.
+async fn say<E: Engine>(
+    session: &mut agent_session::Session<E>,
+    who: &str,
+    text: &str,
+) -> agent_session::Result<()> {
+    let outcome = session.send(text).await?;
+    println!(
+        "{who}> {text}\n   {}",
+        outcome.reply.as_deref().unwrap_or("(no reply)")
+    );
+    Ok(())
+}
+
+fn last_user_text(transcript: &[Message]) -> String {
+    transcript
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
+/// Prints the service's keys and versions, and the revision written inside each value.
+fn show_service(service: &KeyValueService) {
+    println!("Key-value service now holds:");
+    for key in service.keys_with_prefix("") {
+        if let Some(entry) = service.get(&key) {
+            let embedded = serde_json::from_slice::<serde_json::Value>(&entry.bytes)
+                .ok()
+                .and_then(|json| json.get("revision")?.as_u64());
+            println!(
+                "  {key}: version {}, {} bytes of JSON with \"revision\": {}",
+                entry.version,
+                entry.bytes.len(),
+                embedded.map_or_else(|| "?".to_owned(), |r| r.to_string()),
+            );
+        }
+    }
+}
+
+fn heading(title: &str) {
+    println!();
+    println!("{title}");
+    println!("{}", "-".repeat(title.chars().count()));
+}
