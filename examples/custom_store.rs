@@ -27,8 +27,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agent_session::{
-    BoxError, Completion, CompletionRequest, ContentBlock, Cost, Engine, Error, Harness, Message,
-    Revision, Role, SessionId, SessionList, SessionOptions, SessionSnapshot, SessionStore,
+    BoxError, Completion, CompletionRequest, ContentBlock, Cost, Engine, Error, Harness, Location,
+    Message, Revision, Role, SessionId, SessionList, SessionOptions, SessionSnapshot, SessionStore,
     SessionSummary, Usage,
 };
 
@@ -120,7 +120,7 @@ impl SessionStore for KvSessionStore {
         let revision = expected.next();
         // Encode it as it will be stored, so the JSON's own `revision` field is right for
         // anyone reading the bytes directly. (`to_json` writes the snapshot's revision.)
-        let bytes = snapshot.clone().with_revision(revision).to_json()?;
+        let bytes = snapshot.to_json_with_revision(revision)?;
         match self
             .service
             .put_if_version(&Self::key(snapshot.id()), expected.as_u64(), bytes)
@@ -142,7 +142,9 @@ impl SessionStore for KvSessionStore {
             .ok_or_else(|| Error::NotFound { id: id.clone() })?;
         // Strict decoding and full validation: damaged bytes are an error, never a
         // half-valid session.
-        let snapshot = SessionSnapshot::from_json(&entry.bytes)?;
+        // `at` names the key in the error and classifies it as corrupt stored data.
+        let snapshot = SessionSnapshot::from_json(&entry.bytes)
+            .map_err(|e| e.at(&Location::Stored(key.clone())))?;
         // Refuse bytes filed under the wrong key, as the file store refuses a renamed file.
         if snapshot.id() != id {
             return Err(Error::IdMismatch {
@@ -155,24 +157,19 @@ impl SessionStore for KvSessionStore {
     }
 
     fn list(&self) -> agent_session::Result<SessionList> {
-        let mut listing = SessionList::default();
+        let (mut sessions, mut unreadable) = (Vec::new(), Vec::new());
         for key in self.service.keys_with_prefix(PREFIX) {
             let name = key.strip_prefix(PREFIX).unwrap_or(&key);
             match SessionId::parse(name).and_then(|id| self.load(&id)) {
-                Ok(snapshot) => listing.sessions.push(SessionSummary::of(&snapshot)),
+                Ok(snapshot) => sessions.push(SessionSummary::of(&snapshot)),
                 // Deleted between listing the keys and reading one: just gone.
                 Err(err) if err.is_not_found() => {}
                 // One bad entry never hides the others.
-                Err(err) => listing.unreadable.push(err),
+                Err(err) => unreadable.push(err),
             }
         }
-        // Newest first, ties broken by id, descending, as the built-in stores do.
-        listing.sessions.sort_by(|a, b| {
-            b.updated_at
-                .cmp(&a.updated_at)
-                .then_with(|| b.id.cmp(&a.id))
-        });
-        Ok(listing)
+        // Sorts newest first, ties broken by id, as the built-in stores do.
+        Ok(SessionList::new(sessions, unreadable))
     }
 
     fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
