@@ -161,8 +161,47 @@ where
         id: &SessionId,
         options: Option<SessionOptions>,
     ) -> Result<Session<E>> {
+        self.resume_session_with(id, |saved| options.unwrap_or(saved))
+    }
+
+    /// Loads session `id`, lets `adjust` change the options saved with it, and binds it to
+    /// a fresh engine from the factory. Use it to change a few options on resume (a
+    /// different model, a larger `max_turns`) while keeping the rest, metadata included.
+    ///
+    /// If the adjusted options have no `tools`, the harness's default executor is used.
+    ///
+    /// # Errors
+    ///
+    /// As [`resume_session`](Self::resume_session).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, Engine, Harness,
+    /// #     MemorySessionStore, SessionOptions};
+    /// # struct MyEngine;
+    /// # impl Engine for MyEngine {
+    /// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+    /// # }
+    /// let harness = Harness::builder(MemorySessionStore::new(), || MyEngine).build();
+    /// let mut session = harness.new_session(SessionOptions::new("small-model").max_turns(4))?;
+    /// harness.save_session(&mut session)?;
+    ///
+    /// let resumed = harness.resume_session_with(session.id(), |mut saved| {
+    ///     saved.model = "large-model".into();
+    ///     saved
+    /// })?;
+    /// assert_eq!(resumed.options().model, "large-model");
+    /// assert_eq!(resumed.options().max_turns, 4);
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    pub fn resume_session_with(
+        &self,
+        id: &SessionId,
+        adjust: impl FnOnce(SessionOptions) -> SessionOptions,
+    ) -> Result<Session<E>> {
         let snapshot = self.store.load(id)?;
-        let options = options.unwrap_or_else(|| SessionOptions::from_snapshot(&snapshot));
+        let options = adjust(SessionOptions::from_snapshot(&snapshot));
         Session::restore(
             snapshot,
             (self.engine_factory)(),

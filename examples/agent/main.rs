@@ -1,0 +1,704 @@
+//! `agent`: a command-line agent whose conversations continue across invocations.
+//!
+//! ```text
+//! cargo run --example agent -- run "calc 2*(3+4)"
+//! cargo run --example agent -- run --continue "what did I ask before?"
+//! cargo run --example agent -- sessions list
+//! cargo run --example agent -- chat --resume <ID>
+//! ```
+//!
+//! Every conversation is a session of the `agent-session` crate, kept in a
+//! [`FileSessionStore`] (`.agent-session/sessions` under the current directory, or
+//! `--store DIR`, or `$AGENT_SESSION_STORE`). `chat`, `run` and `script` start a new
+//! session, or continue one with `--resume ID` or the most recent one with `--continue`.
+//! The session id is printed on stderr when a command starts (`session: ID (new)`).
+//!
+//! # Engines
+//!
+//! - Offline (the default, no key or network needed): a deterministic scripted engine that
+//!   calls real tools: `calculator` (a recursive-descent parser for `+ - * / ( )`),
+//!   `read_file` (confined to the current directory: no absolute paths, no `..`, no
+//!   symbolic links out of it) and `wait` (a slow tool). See `scripted.rs`.
+//! - OpenAI-compatible HTTP, chosen when `OPENAI_API_KEY` (or `AGENT_SESSION_API_KEY`) is
+//!   set: `POST $OPENAI_BASE_URL/chat/completions` (default `https://api.openai.com/v1`)
+//!   with the model from `AGENT_SESSION_MODEL` or `OPENAI_MODEL` (default `gpt-4o-mini`),
+//!   the transcript converted with `Message::to_openai_chat` and the tools. Optional
+//!   `AGENT_SESSION_PRICES=IN,OUT` (dollars per million tokens) fills in the cost.
+//!   `--engine scripted|openai` overrides the choice.
+//!
+//! # What is saved, and when
+//!
+//! The session is saved after every completed turn, that is after each `Session::send`
+//! returns. **The last point saved is the end of the previous completed send**: if the
+//! process is killed mid-turn (SIGKILL, a crash, a power cut), the turn in flight is lost,
+//! its prompt included, and the session loads exactly as it was after the previous turn.
+//! Saves are atomic, so a kill during a save leaves the previous snapshot whole.
+//!
+//! On Ctrl-C (SIGINT) or SIGTERM the agent does better than that: it drops the turn in
+//! flight, which closes every tool call still running with an "interrupted" error result
+//! (the call is never re-run), saves what the turn completed (the prompt, the model steps
+//! that finished, the tool results that arrived), and exits with status 130. If the model
+//! request fails (an HTTP error, for instance), the completed steps are saved the same way
+//! and the command exits with status 1; in `chat` the conversation goes on.
+//!
+//! # Exit status
+//!
+//! 0 on success; 1 on an error (printed on stderr as `error: ...`); 2 on a usage error;
+//! 130 after Ctrl-C or SIGTERM. `sessions list` exits with 1 when a stored file cannot be
+//! read (a damaged snapshot, say): the readable sessions are still listed on stdout and
+//! each unreadable file is named on stderr.
+
+mod display;
+mod http;
+mod scripted;
+mod tools;
+
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agent_session::{
+    BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, FileSessionStore, Harness,
+    Message, Session, SessionId, SessionList, SessionOptions, SessionStore, StopReason,
+};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::http::{HttpConfig, HttpEngine};
+use crate::scripted::ScriptedEngine;
+use crate::tools::Tools;
+
+/// Where sessions go when neither `--store` nor `AGENT_SESSION_STORE` says otherwise.
+const DEFAULT_STORE: &str = ".agent-session/sessions";
+/// Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+const INTERRUPTED_STATUS: u8 = 130;
+const SYSTEM_PROMPT: &str = "You are a helpful agent in a terminal. Use the calculator for \
+    arithmetic and read_file to look at files in the workspace. Be brief.";
+
+const EXAMPLES: &str = "\
+Examples:
+  agent run \"calc 2*(3+4)\"                        start a session with one prompt
+  agent run --continue \"what did I ask before?\"   continue the most recent session
+  agent chat --resume 0190c3e2-...                continue a session interactively
+  agent script prompts.txt                        one prompt per line, in one session
+  agent sessions list                             newest first
+  agent sessions show 0190c3e2-...                the transcript, tool calls with results
+
+The session id is printed on stderr when a command starts. Sessions are saved after every
+completed turn; on Ctrl-C the turn in flight is saved with its unfinished tool calls marked
+interrupted.
+
+Environment:
+  AGENT_SESSION_STORE                    the session folder (like --store)
+  OPENAI_API_KEY, AGENT_SESSION_API_KEY  use the OpenAI-compatible engine
+  OPENAI_BASE_URL                        its endpoint [default: https://api.openai.com/v1]
+  AGENT_SESSION_MODEL, OPENAI_MODEL      its model [default: gpt-4o-mini]
+  AGENT_SESSION_PRICES=IN,OUT            dollars per million input/output tokens";
+
+const LONG_ABOUT: &str = "\
+A command-line agent whose conversations continue across runs.
+
+Chat, run one prompt or a script of prompts; pick the session up again later with
+--resume ID or --continue. Runs offline with a scripted engine (calculator, file reader),
+or against an OpenAI-compatible API when OPENAI_API_KEY is set.";
+
+/// The command line.
+#[derive(Parser)]
+#[command(
+    name = "agent",
+    version,
+    about = "A command-line agent whose conversations continue across runs",
+    long_about = LONG_ABOUT,
+    after_help = EXAMPLES
+)]
+struct Cli {
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        help = "The folder sessions are saved in [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
+    )]
+    store: Option<PathBuf>,
+
+    /// Which engine answers (auto: openai if an API key is set, else scripted)
+    #[arg(long, global = true, value_enum, default_value_t = EngineChoice::Auto)]
+    engine: EngineChoice,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum EngineChoice {
+    Auto,
+    Scripted,
+    Openai,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Chat interactively: one prompt per line; /sessions lists sessions, /exit (or EOF) leaves
+    Chat {
+        #[command(flatten)]
+        resume: ResumeArgs,
+    },
+    /// Send one prompt, print the reply, save and exit
+    Run {
+        #[command(flatten)]
+        resume: ResumeArgs,
+        /// The prompt
+        prompt: String,
+    },
+    /// Send each non-empty line of FILE as a prompt, in order, in one session
+    Script {
+        #[command(flatten)]
+        resume: ResumeArgs,
+        /// A text file with one prompt per line
+        file: PathBuf,
+    },
+    /// List, show or delete saved sessions
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+}
+
+#[derive(Args)]
+struct ResumeArgs {
+    /// Continue the saved session with this id
+    #[arg(long, value_name = "ID", conflicts_with = "continue_latest")]
+    resume: Option<String>,
+
+    /// Continue the most recently updated session
+    #[arg(short = 'c', long = "continue")]
+    continue_latest: bool,
+}
+
+#[derive(Subcommand)]
+enum SessionsCommand {
+    /// Saved sessions, newest first: id, last update, messages, cost, title
+    List,
+    /// A session's transcript, each tool call shown with its result
+    Show {
+        /// The session id
+        id: String,
+    },
+    /// Delete a saved session
+    Delete {
+        /// The session id
+        id: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let status = runtime.block_on(async {
+        match dispatch(cli).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(Failure::Interrupted) => ExitCode::from(INTERRUPTED_STATUS),
+            Err(Failure::Error(message)) => {
+                eprintln!("error: {message}");
+                ExitCode::FAILURE
+            }
+        }
+    });
+    // After Ctrl-C a model request may still be running on a blocking thread, and the
+    // stdin reader may be waiting for a line; everything is saved, so do not wait for them.
+    runtime.shutdown_background();
+    let _ = io::stdout().flush();
+    status
+}
+
+/// Why a command did not succeed.
+enum Failure {
+    /// Printed as `error: ...`; exit status 1.
+    Error(String),
+    /// Ctrl-C or SIGTERM, already reported; exit status 130.
+    Interrupted,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let mut message = chain(&e);
+        match e.kind() {
+            ErrorKind::NotFound if !matches!(e, Error::NoSessions) => {
+                message.push_str("\nhint: `agent sessions list` shows the saved sessions");
+            }
+            ErrorKind::Corrupt => {
+                message.push_str(
+                    "\nhint: the other sessions are unaffected; `agent sessions delete ID` removes this one",
+                );
+            }
+            _ => {}
+        }
+        Failure::Error(message)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Error(message)
+    }
+}
+
+/// An error and its sources, joined with `: `.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let store_dir = cli
+        .store
+        .or_else(|| {
+            std::env::var_os("AGENT_SESSION_STORE")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STORE));
+    match cli.command {
+        Command::Sessions(command) => sessions(&store_dir, command),
+        Command::Chat { resume } => {
+            let app = App::new(&store_dir, cli.engine)?;
+            app.chat(&resume).await
+        }
+        Command::Run { resume, prompt } => {
+            if prompt.trim().is_empty() {
+                return Err("the prompt is empty".to_owned().into());
+            }
+            let app = App::new(&store_dir, cli.engine)?;
+            app.run(&resume, &[prompt], false).await
+        }
+        Command::Script { resume, file } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| format!("could not read the script {}: {e}", file.display()))?;
+            let prompts: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if prompts.is_empty() {
+                return Err(format!("the script {} has no prompts", file.display()).into());
+            }
+            let app = App::new(&store_dir, cli.engine)?;
+            app.run(&resume, &prompts, true).await
+        }
+    }
+}
+
+/// `sessions list|show|delete`: these never create the store folder.
+fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
+    let store = match std::fs::symlink_metadata(store_dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        _ => Some(open_store(store_dir)?),
+    };
+    match command {
+        SessionsCommand::List => {
+            let Some(store) = store else {
+                println!("no saved sessions in {}", store_dir.display());
+                return Ok(());
+            };
+            print_listing(&store.list()?, store.dir())
+        }
+        SessionsCommand::Show { id } => {
+            let id = SessionId::parse(&id)?;
+            let store = store.ok_or(Error::NotFound { id: id.clone() })?;
+            print!("{}", display::transcript(&store.load(&id)?));
+            Ok(())
+        }
+        SessionsCommand::Delete { id } => {
+            let id = SessionId::parse(&id)?;
+            let store = store.ok_or(Error::NotFound { id: id.clone() })?;
+            store.delete(&id)?;
+            println!("deleted session {id}");
+            Ok(())
+        }
+    }
+}
+
+fn open_store(dir: &Path) -> Result<FileSessionStore, Failure> {
+    FileSessionStore::open(dir).map_err(|e| {
+        Failure::Error(format!(
+            "the session store cannot be used: {}\nhint: choose another folder with --store DIR or AGENT_SESSION_STORE",
+            chain(&e)
+        ))
+    })
+}
+
+/// Prints the table on stdout and each unreadable file on stderr; an error if there were
+/// any (the readable sessions are listed all the same).
+fn print_listing(list: &SessionList, dir: &Path) -> Result<(), Failure> {
+    if list.sessions.is_empty() && list.unreadable.is_empty() {
+        println!("no saved sessions in {}", dir.display());
+        return Ok(());
+    }
+    if !list.sessions.is_empty() {
+        print!("{}", display::session_table(list));
+    }
+    warn_unreadable(list);
+    if list.unreadable.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} stored session file(s) could not be read (see above); the others are listed",
+            list.unreadable.len()
+        )
+        .into())
+    }
+}
+
+fn warn_unreadable(list: &SessionList) {
+    for e in &list.unreadable {
+        eprintln!("unreadable: {}", chain(e));
+    }
+}
+
+/// The engine a session runs on.
+enum AnyEngine {
+    Scripted(ScriptedEngine),
+    Http(HttpEngine),
+}
+
+impl Engine for AnyEngine {
+    async fn complete(&mut self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+        match self {
+            AnyEngine::Scripted(engine) => engine.complete(request).await,
+            AnyEngine::Http(engine) => engine.complete(request).await,
+        }
+    }
+}
+
+type EngineFactory = Box<dyn Fn() -> AnyEngine>;
+
+/// The store, the engine and the tools of one invocation.
+struct App {
+    harness: Harness<EngineFactory>,
+    /// The store folder, resolved.
+    store_dir: PathBuf,
+    /// The HTTP engine's settings, if that engine was chosen.
+    http: Option<HttpEngine>,
+}
+
+impl App {
+    fn new(store_dir: &Path, choice: EngineChoice) -> Result<Self, Failure> {
+        let store = open_store(store_dir)?;
+        let store_dir = store.dir().to_path_buf();
+        let workspace = std::env::current_dir()
+            .map_err(|e| format!("could not find the current directory: {e}"))?;
+        let tools = Arc::new(Tools::new(&workspace).map_err(|e| {
+            format!(
+                "could not resolve the workspace {}: {e}",
+                workspace.display()
+            )
+        })?);
+        let key = HttpConfig::api_key_from_env();
+        let http =
+            match (choice, key) {
+                (EngineChoice::Scripted, _) | (EngineChoice::Auto, None) => None,
+                (EngineChoice::Openai, None) => return Err(
+                    "--engine openai needs an API key in OPENAI_API_KEY or AGENT_SESSION_API_KEY"
+                        .to_owned()
+                        .into(),
+                ),
+                (_, Some(key)) => Some(HttpEngine::new(HttpConfig::from_env(key)?)),
+            };
+        let factory: EngineFactory = match http.clone() {
+            Some(engine) => Box::new(move || AnyEngine::Http(engine.clone())),
+            None => Box::new(|| AnyEngine::Scripted(ScriptedEngine)),
+        };
+        let harness = Harness::builder(store, factory).tools(tools).build();
+        Ok(App {
+            harness,
+            store_dir,
+            http,
+        })
+    }
+
+    /// The model to use, given the one a resumed session was saved with.
+    fn model(&self, saved: Option<&str>) -> String {
+        match &self.http {
+            None => scripted::MODEL.to_owned(),
+            Some(engine) => engine
+                .explicit_model()
+                .or(saved.filter(|m| *m != scripted::MODEL))
+                .unwrap_or(http::DEFAULT_MODEL)
+                .to_owned(),
+        }
+    }
+
+    /// The user's prompt as a message. For the HTTP engine it is built from the OpenAI wire
+    /// form, so it goes back out as `"content": "text"`, the shape every OpenAI-compatible
+    /// server accepts (a message built in Rust is sent as a list of content parts).
+    fn user_message(&self, prompt: &str) -> Result<Message, Failure> {
+        if self.http.is_some() {
+            Ok(Message::from_openai_chat(
+                &serde_json::json!({"role": "user", "content": prompt}),
+            )?)
+        } else {
+            Ok(Message::user(prompt))
+        }
+    }
+
+    /// A new session, or the one `--resume`/`--continue` names. Prints its id.
+    fn start(&self, resume: &ResumeArgs) -> Result<Session<AnyEngine>, Failure> {
+        let id = if let Some(id) = &resume.resume {
+            Some(SessionId::parse(id)?)
+        } else if resume.continue_latest {
+            let list = self.harness.list_sessions()?;
+            warn_unreadable(&list);
+            let latest = list.sessions.into_iter().next().ok_or_else(|| {
+                format!(
+                    "{} in {}: start one without --continue",
+                    Error::NoSessions,
+                    self.store_dir.display()
+                )
+            })?;
+            Some(latest.id)
+        } else {
+            None
+        };
+        let Some(id) = id else {
+            let options = SessionOptions::new(self.model(None)).system_prompt(SYSTEM_PROMPT);
+            let session = self.harness.new_session(options)?;
+            eprintln!("session: {} (new)", session.id());
+            return Ok(session);
+        };
+        // Resume with the saved options, but the model of the engine in use: a session
+        // started offline can go on with a real model, and the other way round.
+        let session = self.harness.resume_session_with(&id, |mut options| {
+            let model = self.model(Some(&options.model));
+            if model != options.model {
+                eprintln!(
+                    "note: the session used model {}; it continues with {model}",
+                    options.model
+                );
+                options.model = model;
+            }
+            options
+        })?;
+        eprintln!(
+            "session: {} (resumed, {} messages)",
+            session.id(),
+            session.transcript().len()
+        );
+        Ok(session)
+    }
+
+    /// `run` and `script`: send each prompt in turn, printing replies on stdout.
+    async fn run(
+        &self,
+        resume: &ResumeArgs,
+        prompts: &[String],
+        echo: bool,
+    ) -> Result<(), Failure> {
+        let mut signals = Signals::new()?;
+        let mut session = self.start(resume)?;
+        for prompt in prompts {
+            if echo {
+                println!("> {prompt}");
+            }
+            match self.turn(&mut session, prompt, &mut signals).await? {
+                Turn::Replied(reply) => println!("{reply}"),
+                Turn::EngineFailed(message) => return Err(message.into()),
+            }
+        }
+        eprintln!(
+            "saved session {} ({} messages)",
+            session.id(),
+            session.transcript().len()
+        );
+        Ok(())
+    }
+
+    /// `chat`: a prompt per line until `/exit` or end of input.
+    async fn chat(&self, resume: &ResumeArgs) -> Result<(), Failure> {
+        let mut signals = Signals::new()?;
+        let mut session = self.start(resume)?;
+        let interactive = io::stdin().is_terminal();
+        if interactive {
+            eprintln!("type a prompt, /sessions to list sessions, /exit to leave");
+        }
+        let mut lines = stdin_lines();
+        loop {
+            if interactive {
+                eprint!("> ");
+                let _ = io::stderr().flush();
+            }
+            let input = tokio::select! {
+                line = lines.recv() => line.map_or(Input::Eof, Input::Line),
+                () = signals.recv() => Input::Interrupted,
+            };
+            let line = match input {
+                Input::Eof => break,
+                Input::Line(Ok(line)) => line,
+                Input::Line(Err(e)) => return Err(format!("could not read stdin: {e}").into()),
+                Input::Interrupted => {
+                    // Idle: the last turn is already saved.
+                    eprintln!();
+                    report_saved(&session, "interrupted; ");
+                    return Err(Failure::Interrupted);
+                }
+            };
+            match line.trim() {
+                "" => {}
+                "/exit" | "/quit" => break,
+                "/sessions" => {
+                    let list = self.harness.list_sessions()?;
+                    if list.sessions.is_empty() {
+                        println!("no saved sessions yet");
+                    } else {
+                        print!("{}", display::session_table(&list));
+                    }
+                    warn_unreadable(&list);
+                }
+                "/help" => {
+                    println!("/sessions lists saved sessions; /exit leaves (so does end of input)");
+                }
+                command if command.starts_with('/') => {
+                    eprintln!("unknown command {command}; try /help");
+                }
+                prompt => match self.turn(&mut session, prompt, &mut signals).await? {
+                    Turn::Replied(reply) => println!("{reply}"),
+                    // The completed steps are saved; the conversation can go on.
+                    Turn::EngineFailed(message) => eprintln!("error: {message}"),
+                },
+            }
+        }
+        report_saved(&session, "");
+        Ok(())
+    }
+
+    /// One turn: send, then save whatever happened. Ctrl-C drops the send, which closes
+    /// unfinished tool calls as interrupted, and the result is saved before exiting.
+    async fn turn(
+        &self,
+        session: &mut Session<AnyEngine>,
+        prompt: &str,
+        signals: &mut Signals,
+    ) -> Result<Turn, Failure> {
+        let message = self.user_message(prompt)?;
+        let outcome = tokio::select! {
+            outcome = session.send_message(message) => Some(outcome),
+            () = signals.recv() => None,
+        };
+        // The send future is gone here, whichever branch won: the session is idle.
+        let saved = self.harness.save_session(session).map_err(|e| {
+            Failure::Error(format!(
+                "could not save session {}: {}; the store keeps the state of the previous turn",
+                session.id(),
+                chain(&e)
+            ))
+        });
+        match outcome {
+            None => {
+                eprintln!();
+                saved?;
+                report_saved(session, "interrupted; the unfinished turn was ");
+                Err(Failure::Interrupted)
+            }
+            Some(Ok(outcome)) => {
+                saved?;
+                Ok(Turn::Replied(match (outcome.stop, outcome.reply) {
+                    (StopReason::Finished, Some(reply)) => reply,
+                    _ => format!(
+                        "(no final answer: the turn stopped after {} model calls and {} tool calls; send another prompt to go on)",
+                        outcome.completions, outcome.tool_calls
+                    ),
+                }))
+            }
+            Some(Err(e)) => {
+                saved?;
+                Ok(Turn::EngineFailed(format!(
+                    "{}\nthe session was saved up to the last completed step; continue it with --resume {}",
+                    chain(&e),
+                    session.id()
+                )))
+            }
+        }
+    }
+}
+
+/// What the chat loop waited for.
+enum Input {
+    Line(io::Result<String>),
+    Eof,
+    Interrupted,
+}
+
+/// How a turn ended, short of an interruption or a failed save.
+enum Turn {
+    Replied(String),
+    EngineFailed(String),
+}
+
+fn report_saved(session: &Session<AnyEngine>, prefix: &str) {
+    if session.revision().as_u64() == 0 {
+        eprintln!(
+            "{prefix}nothing was sent, so session {} was not saved",
+            session.id()
+        );
+    } else {
+        eprintln!(
+            "{prefix}saved session {} ({} messages); continue it with --resume {}",
+            session.id(),
+            session.transcript().len(),
+            session.id()
+        );
+    }
+}
+
+/// Stdin lines, read on a plain thread (reading stdin blocks) and handed over a channel,
+/// so the chat loop can wait for a line and for Ctrl-C at once.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<io::Result<String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM, installed once per command so a signal that arrives
+/// between two waits is not lost.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, Failure> {
+        let install = |kind| {
+            signal(kind).map_err(|e| Failure::Error(format!("could not handle signals: {e}")))
+        };
+        Ok(Signals {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
