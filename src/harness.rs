@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::redact::Redactor;
 use crate::session::{Session, SessionOptions};
 use crate::store::{Revision, SessionList, SessionStore};
 
@@ -47,12 +48,14 @@ pub struct Harness<F> {
     store: Arc<dyn SessionStore>,
     engine_factory: F,
     tools: Option<Arc<dyn ToolExecutor>>,
+    redactor: Option<Arc<dyn Redactor>>,
 }
 
 impl<F> fmt::Debug for Harness<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Harness")
             .field("tools", &self.tools.as_ref().map(|_| "<executor>"))
+            .field("redactor", &self.redactor.as_ref().map(|_| "<redactor>"))
             .finish_non_exhaustive()
     }
 }
@@ -76,6 +79,7 @@ pub struct HarnessBuilder<F> {
     store: Arc<dyn SessionStore>,
     engine_factory: F,
     tools: Option<Arc<dyn ToolExecutor>>,
+    redactor: Option<Arc<dyn Redactor>>,
 }
 
 impl<F> HarnessBuilder<F> {
@@ -86,12 +90,21 @@ impl<F> HarnessBuilder<F> {
         self
     }
 
+    /// Sets a redactor applied to every snapshot before it is saved (default: none), for
+    /// example [`PatternRedactor::common_secrets`](crate::PatternRedactor::common_secrets).
+    /// Only the stored copy is redacted; see [`Redactor`].
+    pub fn redactor(mut self, redactor: Arc<dyn Redactor>) -> Self {
+        self.redactor = Some(redactor);
+        self
+    }
+
     /// Builds the harness.
     pub fn build(self) -> Harness<F> {
         Harness {
             store: self.store,
             engine_factory: self.engine_factory,
             tools: self.tools,
+            redactor: self.redactor,
         }
     }
 }
@@ -108,6 +121,7 @@ where
             store: Arc::new(store),
             engine_factory,
             tools: None,
+            redactor: None,
         }
     }
 
@@ -132,14 +146,18 @@ where
     }
 
     /// Saves the session (compare-and-swap on its revision) and records the new revision
-    /// in it.
+    /// in it. With a [redactor](HarnessBuilder::redactor), the stored copy is redacted.
     ///
     /// # Errors
     ///
     /// [`Error::Conflict`] if another writer saved this session since it was loaded or
     /// last saved; storage errors otherwise. The session is unchanged on error.
     pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
-        let revision = self.store.save(&session.snapshot())?;
+        let mut snapshot = session.snapshot();
+        if let Some(redactor) = &self.redactor {
+            snapshot = snapshot.redacted(&**redactor);
+        }
+        let revision = self.store.save(&snapshot)?;
         session.mark_saved(revision);
         Ok(revision)
     }

@@ -17,6 +17,7 @@
 //! | store sessions somewhere else | implement [`SessionStore`] |
 //! | read or build the persisted state | [`SessionSnapshot`] |
 //! | convert OpenAI or Anthropic messages losslessly | [`Message::from_openai_chat`], [`Message::from_anthropic`] |
+//! | keep API keys and tokens out of stored snapshots | [`PatternRedactor`] with [`HarnessBuilder::redactor`] |
 //!
 //! # Quick start
 //!
@@ -108,6 +109,7 @@ mod error;
 mod harness;
 mod id;
 mod json;
+mod redact;
 mod session;
 mod snapshot;
 mod store;
@@ -118,6 +120,7 @@ pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinitio
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Harness, HarnessBuilder};
 pub use id::{SessionId, MAX_ID_LEN};
+pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{
     Session, SessionOptions, StopReason, TurnOutcome, DEFAULT_MAX_TURNS, INTERRUPTED_OUTPUT,
 };

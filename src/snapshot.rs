@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::{self, object_only, strict};
+use crate::redact::{self, Redactor};
 use crate::store::Revision;
 use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
 use crate::usage::{Usage, UsageTotals};
@@ -453,6 +454,36 @@ impl SessionSnapshot {
             }
             _ => None,
         }
+    }
+
+    /// A copy with `redactor` applied to every string it carries (message text, tool
+    /// arguments and results, provider fields, metadata values, the system prompt). Ids,
+    /// tool names, roles, the model name and the tool-call records are kept, so the copy is
+    /// as consistent as the original.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{Message, PatternRedactor, SessionId, SessionSnapshot};
+    ///
+    /// let snapshot = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+    ///     .transcript(vec![Message::user("my key is sk-abcdefghijklmnopqrstuvwxyz")])
+    ///     .build()?;
+    /// let redacted = snapshot.redacted(&PatternRedactor::common_secrets());
+    /// assert_eq!(redacted.transcript()[0].text(), "my key is [REDACTED]");
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    #[must_use]
+    pub fn redacted(&self, redactor: &dyn Redactor) -> SessionSnapshot {
+        let mut copy = self.clone();
+        if let Some(prompt) = &mut copy.options.system_prompt {
+            redact::redact_string(redactor, prompt);
+        }
+        redact::redact_map(redactor, &mut copy.metadata);
+        for message in &mut copy.transcript {
+            redact::redact_message(redactor, message);
+        }
+        copy
     }
 
     /// A short title: the metadata's `"title"` string if set, otherwise the first line of
