@@ -42,6 +42,13 @@ use crate::transcript::{ContentBlock, Message, ToolArguments, ToolOutput};
 pub trait Redactor: Send + Sync {
     /// `text` with secrets replaced; borrow it unchanged when there is nothing to hide.
     fn redact<'a>(&self, text: &'a str) -> Cow<'a, str>;
+
+    /// True if a JSON string value under `key` is a secret as a whole (an `"api_key"`
+    /// field of tool arguments or metadata), whatever it looks like. Default: never.
+    fn is_secret_key(&self, key: &str) -> bool {
+        let _ = key;
+        false
+    }
 }
 
 /// The text that replaces each secret found by [`PatternRedactor`].
@@ -70,12 +77,21 @@ const COMMON_SECRET_PATTERNS: &[&str] = &[
     r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}",
     // PEM private keys, whole.
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    // key = value assignments of credential-named keys with a long opaque value.
-    r#"(?i)\b(?:api[_-]?key|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|password)\b["']?\s*[:=]\s*["']?[A-Za-z0-9._~+/=-]{12,}"#,
+    // key = value assignments of credential-named keys with a long opaque value; only the
+    // value (the capture group) is replaced, so JSON text stays JSON.
+    r#"(?i)\b(?:api[_-]?key|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|password)\b["']?\s*[:=]\s*["']?([A-Za-z0-9._~+/=-]{12,})"#,
 ];
 
+/// JSON keys whose string values are secrets as a whole, for
+/// [`PatternRedactor::common_secrets`]: `api_key`, `OPENAI_API_KEY`, `client_secret`,
+/// `auth_token`, `password`, `db_password` and the like (not `max_tokens`).
+const COMMON_SECRET_KEYS: &str = r"(?i)^(?:.*[_-])?(?:api[_-]?key|apikey|secret|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|refresh[_-]?token|token|password|passwd)$";
+
 /// A [`Redactor`] that replaces every match of a set of regular expressions with
-/// [`REDACTED`].
+/// [`REDACTED`]. When a pattern has capture groups, only the first group that took part in
+/// the match is replaced (so `password=(\S+)` keeps `password=`). Optionally, every JSON
+/// string value under a key matching another expression is replaced whole
+/// ([`with_secret_keys`](Self::with_secret_keys)).
 ///
 /// [`PatternRedactor::common_secrets`] covers common API-key and token shapes: OpenAI and
 /// Anthropic keys (`sk-…`), GitHub tokens, AWS access key ids, Slack, Google and Stripe
@@ -100,6 +116,8 @@ const COMMON_SECRET_PATTERNS: &[&str] = &[
 pub struct PatternRedactor {
     /// All patterns as one alternation, so each string is scanned once.
     combined: Regex,
+    /// Keys whose JSON string values are redacted whole.
+    secret_keys: Option<Regex>,
 }
 
 impl PatternRedactor {
@@ -130,7 +148,23 @@ impl PatternRedactor {
         let combined = Regex::new(&alternatives.join("|")).map_err(|e| Error::InvalidArgument {
             reason: format!("redaction patterns do not compile together: {e}"),
         })?;
-        Ok(PatternRedactor { combined })
+        Ok(PatternRedactor {
+            combined,
+            secret_keys: None,
+        })
+    }
+
+    /// Also redacts, whole, every JSON string value whose key matches `pattern` (default:
+    /// none).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `pattern` does not compile.
+    pub fn with_secret_keys(mut self, pattern: &str) -> Result<Self> {
+        self.secret_keys = Some(Regex::new(pattern).map_err(|e| Error::InvalidArgument {
+            reason: format!("secret-key pattern {pattern:?} does not compile: {e}"),
+        })?);
+        Ok(self)
     }
 
     /// A redactor for common API-key and token shapes (see the type docs). The patterns
@@ -146,6 +180,7 @@ impl PatternRedactor {
         COMMON
             .get_or_init(|| {
                 PatternRedactor::new(COMMON_SECRET_PATTERNS)
+                    .and_then(|r| r.with_secret_keys(COMMON_SECRET_KEYS))
                     .expect("the built-in redaction patterns compile")
             })
             .clone()
@@ -161,7 +196,26 @@ impl Default for PatternRedactor {
 
 impl Redactor for PatternRedactor {
     fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        self.combined.replace_all(text, REDACTED)
+        self.combined
+            .replace_all(text, |caps: &regex::Captures<'_>| {
+                let whole = caps.get(0).expect("group 0 is the whole match");
+                match caps.iter().skip(1).flatten().next() {
+                    // Keep what surrounds the secret (a key name, a quote).
+                    Some(secret) => {
+                        let start = secret.start() - whole.start();
+                        let end = secret.end() - whole.start();
+                        let text = whole.as_str();
+                        format!("{}{REDACTED}{}", &text[..start], &text[end..])
+                    }
+                    None => REDACTED.to_owned(),
+                }
+            })
+    }
+
+    fn is_secret_key(&self, key: &str) -> bool {
+        self.secret_keys
+            .as_ref()
+            .is_some_and(|keys| keys.is_match(key))
     }
 }
 
@@ -182,9 +236,20 @@ pub(crate) fn redact_value(redactor: &dyn Redactor, value: &mut Value) {
     }
 }
 
-/// Redacts every string value in a JSON object.
+/// Redacts every string value in a JSON object: whole under a secret key, by pattern
+/// otherwise. Values under `encrypted_*` keys are opaque provider data and left alone.
 pub(crate) fn redact_map(redactor: &dyn Redactor, map: &mut Map<String, Value>) {
-    map.values_mut().for_each(|v| redact_value(redactor, v));
+    for (key, value) in map.iter_mut() {
+        if key.starts_with("encrypted_") {
+            continue;
+        }
+        match value {
+            Value::String(text) if !text.is_empty() && redactor.is_secret_key(key) => {
+                REDACTED.clone_into(text);
+            }
+            _ => redact_value(redactor, value),
+        }
+    }
 }
 
 /// Redacts a message's text, tool arguments and outputs, and provider fields; ids, tool
@@ -216,6 +281,11 @@ fn redact_blocks(redactor: &dyn Redactor, blocks: &mut [ContentBlock]) {
                 }
                 redact_map(redactor, &mut result.extra);
             }
+            // A signed block (thinking) must come back byte for byte or the provider
+            // rejects the conversation, and a redacted-thinking block is opaque.
+            ContentBlock::Other { value }
+                if value.get("signature").is_some()
+                    || value.get("type").and_then(Value::as_str) == Some("redacted_thinking") => {}
             ContentBlock::Other { value } => redact_value(redactor, value),
         }
     }
@@ -265,8 +335,11 @@ mod tests {
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----",
             "[REDACTED]",
         );
-        redacts(r#"{"api_key": "0123456789abcdef"}"#, r#"{"[REDACTED]"}"#);
-        redacts("PASSWORD=correct-horse-battery", "[REDACTED]");
+        redacts(
+            r#"{"api_key": "0123456789abcdef"}"#,
+            r#"{"api_key": "[REDACTED]"}"#,
+        );
+        redacts("PASSWORD=correct-horse-battery", "PASSWORD=[REDACTED]");
     }
 
     #[test]
@@ -281,6 +354,69 @@ mod tests {
         ] {
             assert!(matches!(redactor.redact(text), Cow::Borrowed(_)), "{text}");
         }
+    }
+
+    #[test]
+    fn secret_keys_match_credential_names_only() {
+        let redactor = PatternRedactor::common_secrets();
+        for key in [
+            "api_key",
+            "OPENAI_API_KEY",
+            "password",
+            "db_password",
+            "auth-token",
+            "token",
+            "client_secret",
+        ] {
+            assert!(redactor.is_secret_key(key), "{key}");
+        }
+        for key in [
+            "max_tokens",
+            "path",
+            "tokens",
+            "passwords_checked",
+            "keyboard",
+        ] {
+            assert!(!redactor.is_secret_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn json_values_under_secret_keys_are_redacted_whole_and_json_stays_json() {
+        let redactor = PatternRedactor::common_secrets();
+        let mut value = serde_json::json!({
+            "password": "short",
+            "nested": [{"api_key": "x1"}],
+            "max_tokens": 5,
+            "encrypted_content": "sk-abcdefghijklmnopqrstuvwxyz",
+            "note": "my key is sk-abcdefghijklmnopqrstuvwxyz",
+        });
+        redact_value(&redactor, &mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "password": REDACTED,
+                "nested": [{"api_key": REDACTED}],
+                "max_tokens": 5,
+                "encrypted_content": "sk-abcdefghijklmnopqrstuvwxyz",
+                "note": "my key is [REDACTED]",
+            })
+        );
+        let text = r#"{"password": "correcthorsebattery", "n": 1}"#;
+        let redacted = redactor.redact(text);
+        let parsed: Value = serde_json::from_str(&redacted).expect("still JSON");
+        assert_eq!(parsed["password"], REDACTED);
+    }
+
+    #[test]
+    fn signed_provider_blocks_are_left_alone() {
+        let redactor = PatternRedactor::common_secrets();
+        let signed = serde_json::json!({"type": "thinking", "thinking": "sk-abcdefghijklmnopqrstuvwxyz", "signature": "EqQB"});
+        let mut message = Message::assistant(vec![ContentBlock::Other {
+            value: signed.clone(),
+        }]);
+        redact_message(&redactor, &mut message);
+        assert_eq!(message.content, vec![ContentBlock::Other { value: signed }]);
     }
 
     #[test]

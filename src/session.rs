@@ -249,8 +249,6 @@ pub struct Session<E> {
     transcript: Vec<Message>,
     records: Vec<ToolCallRecord>,
     usage: Vec<Usage>,
-    /// Every tool-call id in the transcript, to refuse a completion that reuses one.
-    call_ids: HashSet<String>,
     engine: E,
 }
 
@@ -283,7 +281,6 @@ impl<E: Engine> Session<E> {
             transcript: Vec::new(),
             records: Vec::new(),
             usage: Vec::new(),
-            call_ids: HashSet::new(),
             engine,
         })
     }
@@ -307,7 +304,6 @@ impl<E: Engine> Session<E> {
         let options = options.unwrap_or_else(|| SessionOptions::from_snapshot(&snapshot));
         options.validate()?;
         let parts = snapshot.into_parts();
-        let call_ids = parts.tool_calls.iter().map(|r| r.call_id.clone()).collect();
         Ok(Session {
             id: parts.id,
             revision: parts.revision,
@@ -317,7 +313,6 @@ impl<E: Engine> Session<E> {
             transcript: parts.transcript,
             records: parts.tool_calls,
             usage: parts.usage,
-            call_ids,
             engine,
         })
     }
@@ -328,8 +323,8 @@ impl<E: Engine> Session<E> {
     /// # Errors
     ///
     /// [`Error::Engine`] if the engine fails or returns a message that would make the
-    /// transcript inconsistent (not an assistant message, a tool result, or a tool-call id
-    /// used before); a refused message is not appended, but its usage is kept, because the
+    /// transcript inconsistent (not an assistant message, a tool result, or one tool-call
+    /// id twice); a refused message is not appended, but its usage is kept, because the
     /// provider charged for it. Steps completed before the failure are kept. Tool failures are not
     /// errors: they become error results the model sees.
     pub async fn send(&mut self, text: impl Into<String>) -> Result<TurnOutcome> {
@@ -341,16 +336,19 @@ impl<E: Engine> Session<E> {
     ///
     /// # Errors
     ///
-    /// As [`send`](Self::send); also [`Error::InvalidArgument`] if `message` contains a
-    /// tool call or tool result (the loop adds those itself).
+    /// As [`send`](Self::send); also [`Error::InvalidArgument`] if `message` has
+    /// [`Role::Tool`] or contains a tool call or tool result (the loop adds those itself).
+    /// Any other role is accepted (a user message, a mid-conversation system message, an
+    /// assistant prefill); not every provider accepts every sequence of roles.
     pub async fn send_message(&mut self, message: Message) -> Result<TurnOutcome> {
-        if message
-            .content
-            .iter()
-            .any(|b| matches!(b, ContentBlock::ToolCall(_) | ContentBlock::ToolResult(_)))
+        if message.role == Role::Tool
+            || message
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolCall(_) | ContentBlock::ToolResult(_)))
         {
             return Err(Error::InvalidArgument {
-                reason: "a message sent to a session cannot contain tool calls or tool results"
+                reason: "a message sent to a session cannot be a tool message or contain tool calls or tool results: the loop adds those itself"
                     .to_owned(),
             });
         }
@@ -551,9 +549,6 @@ impl<E> Session<E> {
     }
 
     fn push(&mut self, message: Message) {
-        for call in message.tool_calls() {
-            self.call_ids.insert(call.id.clone());
-        }
         self.transcript.push(message);
         // Never move backwards, even if the wall clock does.
         self.updated_at = Utc::now().max(self.updated_at);
@@ -595,11 +590,11 @@ impl<E> Session<E> {
                         r.call_id
                     )))
                 }
-                ContentBlock::ToolCall(call)
-                    if self.call_ids.contains(&call.id) || !seen.insert(&call.id) =>
-                {
+                // Every earlier call is answered by now, so an id may repeat across steps
+                // (some servers number calls per step), but not within one message.
+                ContentBlock::ToolCall(call) if !seen.insert(&call.id) => {
                     return Err(invalid(format!(
-                        "tool-call id {:?} was already used in this session",
+                        "tool-call id {:?} appears twice in one message",
                         call.id
                     )));
                 }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
-use crate::json::{self, object_only, strict};
+use crate::json::{self, strict, ObjectOnly};
 use crate::redact::{self, Redactor};
 use crate::store::Revision;
 use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
@@ -188,7 +188,7 @@ pub struct SessionSnapshot {
 /// The decoded JSON form; only [`SessionSnapshot::from_json`] turns it into a snapshot,
 /// after validation.
 #[derive(Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 struct Decoded {
     schema_version: u64,
     id: SessionId,
@@ -206,8 +206,6 @@ struct Decoded {
     #[serde(deserialize_with = "strict::objects")]
     usage: Vec<Usage>,
 }
-
-object_only!(de Decoded);
 
 /// The encoded JSON form, borrowing from a snapshot so a store can write it under a new
 /// revision without copying the transcript.
@@ -267,7 +265,7 @@ impl SessionSnapshot {
     /// - [`Error::Inconsistent`] if the content contradicts itself (see the type docs).
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         let decoded: Decoded = match serde_json::from_slice(bytes) {
-            Ok(decoded) => decoded,
+            Ok(ObjectOnly(decoded)) => decoded,
             Err(source) => {
                 // A newer schema may add fields this release does not know; say "upgrade"
                 // rather than "unknown field" when the version tells us that is the cause.
@@ -306,10 +304,11 @@ impl SessionSnapshot {
     /// Reads only the id and revision of an encoded snapshot (checking the JSON syntax of
     /// the whole document and the schema version), for stores deciding a compare-and-swap.
     pub(crate) fn peek_revision(bytes: &[u8]) -> Result<(SessionId, Revision)> {
-        let header: Header = serde_json::from_slice(bytes).map_err(|source| Error::Malformed {
-            location: Location::Bytes,
-            source,
-        })?;
+        let ObjectOnly(header): ObjectOnly<Header> =
+            serde_json::from_slice(bytes).map_err(|source| Error::Malformed {
+                location: Location::Bytes,
+                source,
+            })?;
         if header.schema_version != u64::from(SCHEMA_VERSION) {
             return Err(unsupported(header.schema_version));
         }
@@ -487,7 +486,7 @@ impl SessionSnapshot {
     }
 
     /// A short title: the metadata's `"title"` string if set, otherwise the first line of
-    /// the first user message (at most 80 characters), otherwise `None`.
+    /// the first user message (cut to 80 characters and an ellipsis), otherwise `None`.
     #[must_use]
     pub fn title(&self) -> Option<String> {
         if let Some(Value::String(title)) = self.metadata.get("title") {
@@ -521,6 +520,18 @@ impl SessionSnapshot {
                 "updated_at {} is before created_at {}",
                 self.updated_at, self.created_at
             )));
+        }
+        for (m, message) in self.transcript.iter().enumerate() {
+            if let Some(alias) = &message.wire.role {
+                // The only role alias a codec records; any other would change the role a
+                // provider is sent.
+                if alias != "developer" || message.role != Role::System {
+                    return Err(Error::inconsistent(format!(
+                        "message {m} has role {:?} with the role alias {alias:?}; only a system message may carry the alias \"developer\"",
+                        message.role
+                    )));
+                }
+            }
         }
         if UsageTotals::checked_sum(&self.usage).is_none() {
             return Err(Error::inconsistent(
@@ -631,10 +642,16 @@ struct Pair<'a> {
 ///
 /// # Errors
 ///
-/// [`Error::Inconsistent`] for a duplicate call id, a result for an unknown or already
-/// answered call, a result before its call, or a call without a result.
+/// [`Error::Inconsistent`] for a call id reused while an earlier call with that id is
+/// unanswered, a result for an unknown or already answered call, a result before its call,
+/// or a call without a result.
+///
+/// Ids may repeat once the earlier call is answered: some OpenAI-compatible servers number
+/// calls per step (`call_0`, `call_1`, ...), and a result always answers the latest call
+/// with its id.
 fn pair_tool_calls(transcript: &[Message]) -> Result<Vec<Pair<'_>>> {
     let mut calls: Vec<(&ToolCall, BlockPosition)> = Vec::new();
+    // The latest call with each id.
     let mut index_of: HashMap<&str, usize> = HashMap::new();
     let mut results: Vec<Option<(&ToolResult, BlockPosition)>> = Vec::new();
     for (m, message) in transcript.iter().enumerate() {
@@ -645,11 +662,13 @@ fn pair_tool_calls(transcript: &[Message]) -> Result<Vec<Pair<'_>>> {
             };
             match block {
                 ContentBlock::ToolCall(call) => {
-                    if index_of.insert(&call.id, calls.len()).is_some() {
-                        return Err(Error::inconsistent(format!(
-                            "tool call id {:?} is used twice (again at message {m})",
-                            call.id
-                        )));
+                    if let Some(earlier) = index_of.insert(&call.id, calls.len()) {
+                        if results[earlier].is_none() {
+                            return Err(Error::inconsistent(format!(
+                                "tool call id {:?} is used again at message {m} while the earlier call with that id has no result",
+                                call.id
+                            )));
+                        }
                     }
                     calls.push((call, at));
                     results.push(None);
@@ -868,7 +887,20 @@ mod tests {
             .transcript(vec![call("c1"), call("c1")])
             .build()
             .unwrap_err();
-        assert!(dup.to_string().contains("used twice"), "{dup}");
+        assert!(dup.to_string().contains("used again"), "{dup}");
+        let reused_after_answer = SessionSnapshot::builder(id(), "m")
+            .transcript(vec![
+                call("c1"),
+                Message::tool_result(ToolResult::new("c1", "1")),
+                call("c1"),
+                Message::tool_result(ToolResult::new("c1", "2")),
+            ])
+            .build()
+            .unwrap();
+        let records = reused_after_answer.tool_calls();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[1].call_at.message, 2);
+        assert_eq!(records[1].result_at.message, 3);
     }
 
     #[test]
@@ -897,6 +929,21 @@ mod tests {
             err.to_string().contains("1 tool calls but there are 0"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_role_alias_other_than_developer_on_a_system_message_is_refused() {
+        let snapshot = SessionSnapshot::builder(id(), "m")
+            .transcript(vec![Message::user("hi")])
+            .build()
+            .unwrap();
+        let mut value: Value = serde_json::from_slice(&snapshot.to_json().unwrap()).unwrap();
+        value["transcript"][0]["wire"] = json!({"role": "system"});
+        let err = SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("role alias \"system\""), "{err}");
+        value["transcript"][0]["role"] = json!("system");
+        value["transcript"][0]["wire"] = json!({"role": "developer"});
+        SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap();
     }
 
     #[test]

@@ -868,7 +868,7 @@ fn inconsistent_cases() -> Vec<(&'static str, Edit, &'static str)> {
         (
             "call id used twice",
             |v| v["transcript"][1]["content"][2]["id"] = json!("c1"),
-            "tool call id \"c1\" is used twice",
+            "tool call id \"c1\" is used again at message 1 while the earlier call with that id has no result",
         ),
         (
             "record names another tool",

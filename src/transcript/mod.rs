@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::json::{object_only, strict};
+use crate::json::strict;
 
 /// Who wrote a message.
 ///
@@ -79,7 +79,11 @@ pub struct Message {
         deserialize_with = "strict::map"
     )]
     pub extra: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "MessageWire::is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "MessageWire::is_default",
+        deserialize_with = "strict::object"
+    )]
     pub(crate) wire: MessageWire,
 }
 
@@ -370,7 +374,7 @@ impl ToolCall {
 /// The serialized form of [`ToolCall`]: exactly one of `input` (JSON) or `arguments`
 /// (text).
 #[derive(Serialize, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 struct ToolCallRepr {
     id: String,
     name: String,
@@ -388,11 +392,13 @@ struct ToolCallRepr {
         deserialize_with = "strict::map"
     )]
     extra: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "ToolCallWire::is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "ToolCallWire::is_default",
+        deserialize_with = "strict::object"
+    )]
     wire: ToolCallWire,
 }
-
-object_only!(ToolCallRepr);
 
 /// Deserializes a field that is present (even as `null`) as `Some`.
 fn present_value<'de, D: serde::Deserializer<'de>>(
@@ -512,7 +518,11 @@ pub struct ToolResult {
         deserialize_with = "strict::map"
     )]
     pub extra: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "ToolResultWire::is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "ToolResultWire::is_default",
+        deserialize_with = "strict::object"
+    )]
     pub(crate) wire: ToolResultWire,
 }
 
@@ -583,7 +593,7 @@ impl ListShape {
 
 /// Shape hints for [`Message`]; empty for messages built in Rust.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct MessageWire {
     #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
     pub(crate) content: ContentShape,
@@ -594,8 +604,6 @@ pub(crate) struct MessageWire {
     pub(crate) role: Option<String>,
 }
 
-object_only!(MessageWire);
-
 impl MessageWire {
     fn is_default(&self) -> bool {
         *self == MessageWire::default()
@@ -604,7 +612,7 @@ impl MessageWire {
 
 /// Shape hints for [`ToolCall`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ToolCallWire {
     /// OpenAI: the call had no `"type": "function"`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -618,8 +626,6 @@ pub(crate) struct ToolCallWire {
     pub(crate) function_extra: Map<String, Value>,
 }
 
-object_only!(ToolCallWire);
-
 impl ToolCallWire {
     fn is_default(&self) -> bool {
         *self == ToolCallWire::default()
@@ -628,7 +634,7 @@ impl ToolCallWire {
 
 /// Shape hints for [`ToolResult`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ToolResultWire {
     /// The output field was `null` or absent (the neutral output is then empty text).
     #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
@@ -637,8 +643,6 @@ pub(crate) struct ToolResultWire {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) is_error_present: bool,
 }
-
-object_only!(ToolResultWire);
 
 impl ToolResultWire {
     fn is_default(&self) -> bool {

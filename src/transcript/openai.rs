@@ -83,7 +83,14 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
     };
 
     let mut content = content;
-    match object.remove("tool_calls") {
+    // Only assistant messages carry tool calls; on any other role the field stays in
+    // `extra`, verbatim.
+    let tool_calls = if role == Role::Assistant {
+        object.remove("tool_calls")
+    } else {
+        None
+    };
+    match tool_calls {
         None => {}
         Some(Value::Null) => wire.tool_calls = ListShape::Null,
         Some(Value::Array(calls)) => {
@@ -307,6 +314,8 @@ mod tests {
         round_trip(&json!({"role": "developer", "content": "be brief"}));
         round_trip(&json!({"role": "tool", "tool_call_id": "c", "content": null}));
         round_trip(&json!({"role": "tool", "tool_call_id": "c"}));
+        round_trip(&json!({"role": "tool", "tool_call_id": "c", "content": "x", "tool_calls": []}));
+        round_trip(&json!({"role": "user", "content": "x", "tool_calls": null}));
         round_trip(&json!({"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:x"}},
             {"type": "text", "text": "what is this", "cache": 1.0}
