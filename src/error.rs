@@ -145,6 +145,37 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A save replaced the stored snapshot, but the directory could not be synced
+    /// afterwards, so the new revision is in place yet may not survive a power loss. The
+    /// session is at `revision` now ([`Harness::save_session`](crate::Harness::save_session)
+    /// records it); saving again makes it durable.
+    #[error(
+        "session {id} was saved as revision {revision}, but syncing the directory {} failed, \
+         so the save may not survive a power loss: save again to make it durable",
+        dir.display()
+    )]
+    NotDurable {
+        /// The session saved.
+        id: SessionId,
+        /// The revision now stored.
+        revision: Revision,
+        /// The store directory whose fsync failed.
+        dir: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A file in the store directory is not a snapshot this store wrote: its name is not
+    /// `<valid id>.json`.
+    #[error("{} is not a session snapshot: {reason}; move it out of the store directory", path.display())]
+    ForeignFile {
+        /// The file.
+        path: PathBuf,
+        /// Why its name is not a snapshot's.
+        reason: &'static str,
+    },
+
     /// An operating-system I/O call failed.
     #[error("could not {operation} {}", path.display())]
     Io {
@@ -295,9 +326,10 @@ impl Error {
             Error::UnsupportedSchemaVersion { .. }
             | Error::Malformed { .. }
             | Error::IdMismatch { .. }
+            | Error::ForeignFile { .. }
             | Error::TooLarge { .. }
             | Error::Insecure { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } => ErrorKind::Io,
+            Error::Io { .. } | Error::NotDurable { .. } => ErrorKind::Io,
             Error::Engine { .. } => ErrorKind::Engine,
         }
     }

@@ -151,15 +151,25 @@ where
     /// # Errors
     ///
     /// [`Error::Conflict`] if another writer saved this session since it was loaded or
-    /// last saved; storage errors otherwise. The session is unchanged on error.
+    /// last saved; storage errors otherwise. The session is unchanged on error, except
+    /// after [`Error::NotDurable`], when it records the revision that is now stored.
     pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
         let mut snapshot = session.snapshot();
         if let Some(redactor) = &self.redactor {
             snapshot = snapshot.redacted(&**redactor);
         }
-        let revision = self.store.save(&snapshot)?;
-        session.mark_saved(revision);
-        Ok(revision)
+        match self.store.save(&snapshot) {
+            Ok(revision) => {
+                session.mark_saved(revision);
+                Ok(revision)
+            }
+            // Stored, but maybe not durable: the session is at the new revision either way.
+            Err(err @ Error::NotDurable { revision, .. }) => {
+                session.mark_saved(revision);
+                Err(err)
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// Loads session `id` and binds it to a fresh engine from the factory.

@@ -176,7 +176,24 @@ fn store_dir_writable_by_others_is_refused() {
 }
 
 #[test]
-fn store_dir_readable_by_others_is_made_0700() {
+fn store_dir_readable_by_others_and_holding_other_files_is_refused_unchanged() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("project");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::write(dir.join("README.md"), b"not a session").expect("write");
+    set_mode(&dir, 0o755);
+    let err = FileSessionStore::open(&dir).expect_err("a shared, non-empty directory");
+    match &err {
+        Error::Insecure { reason, .. } => {
+            assert!(reason.contains("readable by other users"), "{reason}")
+        }
+        other => panic!("expected Error::Insecure, got {other:?}"),
+    }
+    assert_eq!(mode(&dir), 0o755, "refused without a chmod");
+}
+
+#[test]
+fn empty_store_dir_readable_by_others_is_made_0700() {
     let tmp = tempfile::tempdir().expect("temp dir");
     for (name, loose_mode) in [("world-read", 0o755), ("group-read", 0o750), ("x", 0o711)] {
         let dir = tmp.path().join(name);
@@ -739,9 +756,13 @@ fn non_id_json_file_is_reported_unreadable_while_sessions_still_list() {
     assert_eq!(ids, ["alpha", "bravo"]);
     assert_eq!(listing.unreadable.len(), 1, "{:?}", listing.unreadable);
     match &listing.unreadable[0] {
-        Error::InvalidId { id, .. } => assert_eq!(id, "Bad Name"),
-        other => panic!("expected Error::InvalidId, got {other:?}"),
+        Error::ForeignFile { path, .. } => assert_eq!(path, &bad),
+        other => panic!("expected Error::ForeignFile, got {other:?}"),
     }
+    assert_eq!(listing.unreadable[0].kind(), ErrorKind::Corrupt);
+    assert!(listing.unreadable[0]
+        .to_string()
+        .contains(&bad.display().to_string()));
     assert!(bad.exists(), "listing must not remove foreign files");
 }
 
@@ -787,6 +808,66 @@ fn assert_insecure(err: &Error, path: &Path) {
             path.display()
         ),
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Limits and leftovers found in review.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn size_limit_at_the_extremes() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let err = FileSessionStore::builder()
+        .max_snapshot_bytes(0)
+        .open(tmp.path().join("zero"))
+        .expect_err("a zero limit could store nothing");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+
+    // u64::MAX means "no practical limit": it must not overflow into refusing everything.
+    let store = FileSessionStore::builder()
+        .max_snapshot_bytes(u64::MAX)
+        .open(tmp.path().join("max"))
+        .expect("open");
+    let first = snapshot("unbounded");
+    let revision = store.save(&first).expect("save");
+    let again = store
+        .save(&first.with_revision(revision))
+        .expect("save again");
+    assert_eq!(
+        store.load(&id("unbounded")).expect("load").revision(),
+        again
+    );
+}
+
+#[test]
+fn a_directory_named_like_a_temp_file_does_not_stop_the_store_from_opening() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("s");
+    FileSessionStore::open(&dir).expect("create");
+    fs::create_dir(dir.join(".x.tmp")).expect("mkdir");
+    let store = FileSessionStore::open(&dir).expect("reopen despite the odd directory");
+    store.save(&snapshot("fine")).expect("save");
+    assert!(
+        dir.join(".x.tmp").is_dir(),
+        "directories are not removed as temp files"
+    );
+}
+
+#[test]
+fn a_session_at_the_largest_revision_cannot_be_saved_again() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let store = FileSessionStore::open(tmp.path().join("s")).expect("open");
+    let path = store.path_of(&id("last"));
+    let at_max = snapshot("last").with_revision(Revision::from_u64(u64::MAX));
+    write_private(&path, &at_max.to_json().expect("json"));
+    let before = fs::read(&path).expect("read");
+
+    let loaded = store.load(&id("last")).expect("load");
+    assert_eq!(loaded.revision(), Revision::from_u64(u64::MAX));
+    let err = store.save(&loaded).expect_err("the revision cannot grow");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert!(err.to_string().contains("largest revision"), "{err}");
+    assert_eq!(fs::read(&path).expect("read"), before, "nothing written");
 }
 
 mod support {

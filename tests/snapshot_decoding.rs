@@ -440,6 +440,14 @@ fn snapshot_too_deep_to_read_back_is_refused_at_save_and_nothing_changes() {
     );
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(deep.to_json().is_err(), "to_json refuses it too");
+    let memory = agent_session::MemorySessionStore::new();
+    assert!(
+        matches!(
+            memory.save(&deep.clone().with_revision(Revision::NEW)),
+            Err(Error::TooDeep { .. })
+        ),
+        "the memory store refuses what the file store refuses"
+    );
     assert_eq!(
         fs::read(&path).expect("read"),
         before,

@@ -1,10 +1,21 @@
 //! Atomic, durable replacement of one file: temp file in the same directory, write, fsync,
 //! rename over the target, fsync the directory.
 
+use std::io;
 use std::path::Path;
 
 use super::fs::FileSystem;
-use crate::error::{Error, Result};
+use crate::error::Error;
+
+/// Why [`replace`] failed.
+#[derive(Debug)]
+pub(crate) enum ReplaceError {
+    /// Before the rename: the temporary file is removed and the target is unchanged.
+    Unchanged(Error),
+    /// After the rename: the new content is in place, but the directory fsync failed, so
+    /// the rename may not survive a power loss.
+    NotDurable(io::Error),
+}
 
 /// Replaces `target` (in `dir`) with `bytes`.
 ///
@@ -17,10 +28,10 @@ pub(crate) fn replace(
     target: &Path,
     temp_prefix: &str,
     bytes: &[u8],
-) -> Result<()> {
+) -> Result<(), ReplaceError> {
     let (mut file, temp) = fs
         .create_temp(dir, temp_prefix)
-        .map_err(|e| Error::io("create a temporary file in", dir, e))?;
+        .map_err(|e| ReplaceError::Unchanged(Error::io("create a temporary file in", dir, e)))?;
     let written = fs
         .write_all(&mut file, bytes)
         .map_err(|e| Error::io("write", &temp, e))
@@ -35,13 +46,7 @@ pub(crate) fn replace(
     if let Err(err) = renamed {
         // Best effort: a leftover temp file is also removed when the store is next opened.
         let _ = fs.remove_file(&temp);
-        return Err(err);
+        return Err(ReplaceError::Unchanged(err));
     }
-    fs.sync_dir(dir).map_err(|e| {
-        Error::io(
-            "sync the directory after replacing a snapshot (the new snapshot is in place but may not survive a power loss) in",
-            dir,
-            e,
-        )
-    })
+    fs.sync_dir(dir).map_err(ReplaceError::NotDurable)
 }

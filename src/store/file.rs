@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::atomic;
+use super::atomic::{self, ReplaceError};
 use super::fs::{FileSystem, OsFileSystem};
 use super::{check_revision, Revision, SessionList, SessionStore, SessionSummary};
 use crate::error::{Error, Location, Result};
@@ -44,7 +44,9 @@ const TEMP_SUFFIX: &str = ".tmp";
 ///   snapshot is never readable by others, whatever the umask. A file left 0644 by another
 ///   program becomes 0600 on its next save, because saves always write a new file.
 /// - An existing directory that others can write to is refused; one that others can only
-///   read is made private (mode 0700) when the store is opened.
+///   read is made private (mode 0700) if it is empty, and refused otherwise (it holds
+///   someone else's files). The checks and the `chmod` go through an open handle of the
+///   directory, and the resolved path must name that same directory.
 /// - Paths are built only from validated [`SessionId`]s, so they cannot leave the
 ///   directory. Symbolic links (for the directory, a snapshot or the lock file) are never
 ///   followed, and a snapshot with more than one hard link is refused.
@@ -128,14 +130,15 @@ impl Drop for WriteLock<'_> {
 impl FileSessionStore {
     /// Opens (creating if needed) the store in `dir`, with default settings.
     ///
-    /// Missing directories are created with mode 0700; an existing directory that others can
-    /// read (but not write) is changed to 0700. Temporary files left by a crashed save are
-    /// removed.
+    /// Missing directories are created with mode 0700 (and the new directory's entry is
+    /// fsynced into its parent); an existing empty directory that others can read (but not
+    /// write) is changed to 0700. Temporary files left by a crashed save are removed.
     ///
     /// # Errors
     ///
-    /// - [`Error::Insecure`] if `dir` is a symbolic link, not a directory, or writable by
-    ///   other users (fix with `chmod 700`);
+    /// - [`Error::Insecure`] if `dir` is a symbolic link, not a directory, writable by
+    ///   other users, or readable by them and not empty (fix with `chmod 700`);
+    /// - [`Error::InvalidArgument`] if the size limit is 0;
     /// - [`Error::Io`] if it cannot be created or read.
     ///
     /// # Security
@@ -167,17 +170,45 @@ impl FileSessionStore {
     }
 
     fn open_with(dir: &Path, max_snapshot_bytes: u64, fs: Arc<dyn FileSystem>) -> Result<Self> {
-        match fs.symlink_metadata(dir) {
-            Ok(meta) => check_store_dir(&*fs, dir, &meta)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => fs
-                .create_dir_private(dir)
-                .map_err(|e| Error::io("create the store directory", dir, e))?,
-            Err(e) => return Err(Error::io("inspect the store directory", dir, e)),
+        if max_snapshot_bytes == 0 {
+            return Err(Error::InvalidArgument {
+                reason: "max_snapshot_bytes must be at least 1".to_owned(),
+            });
         }
-        // Resolve once, so a later change of working directory cannot move the store. The
-        // last component was just checked not to be a link.
-        let root = std::fs::canonicalize(dir)
-            .map_err(|e| Error::io("resolve the store directory", dir, e))?;
+        // `a/b/` and `a/b` name the same directory, but a trailing slash makes open(2)
+        // follow a symbolic link even with O_NOFOLLOW.
+        let dir: PathBuf = dir.components().collect();
+        let created = ensure_dir(&*fs, &dir)?;
+        // Check the directory through an open handle, so the checks (and a chmod) apply to
+        // the directory itself, not to whatever the path names a moment later.
+        let handle = fs.open_dir(&dir).map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => Error::Insecure {
+                path: dir.clone(),
+                reason: "the store directory is a symbolic link; open the real directory instead",
+            },
+            Some(libc::ENOTDIR) => Error::Insecure {
+                path: dir.clone(),
+                reason: "the store path is not a directory",
+            },
+            _ => Error::io("open the store directory", &dir, e),
+        })?;
+        let meta = handle
+            .metadata()
+            .map_err(|e| Error::io("inspect the store directory", &dir, e))?;
+        check_store_dir(&*fs, &dir, &handle, &meta, created)?;
+        // Resolve once, so a later change of working directory cannot move the store, and
+        // make sure the resolved path is the directory just checked.
+        let root = std::fs::canonicalize(&dir)
+            .map_err(|e| Error::io("resolve the store directory", &dir, e))?;
+        let resolved = fs
+            .symlink_metadata(&root)
+            .map_err(|e| Error::io("inspect the store directory", &root, e))?;
+        if (resolved.dev(), resolved.ino()) != (meta.dev(), meta.ino()) {
+            return Err(Error::Insecure {
+                path: dir,
+                reason: "the store directory was replaced while it was being opened",
+            });
+        }
         let lock_path = root.join(LOCK_FILE);
         let lock_file = fs.open_lock(&lock_path).map_err(|e| {
             if is_symlink_error(&e) {
@@ -210,20 +241,22 @@ impl FileSessionStore {
     }
 
     /// Removes temporary files left by saves that crashed. Runs under the write lock, so it
-    /// never removes the temporary file of a save in progress.
+    /// never removes the temporary file of a save in progress. Best effort: a leftover that
+    /// cannot be removed is harmless, because it is never listed as a session.
     fn remove_leftover_temp_files(&self) -> Result<()> {
         let _lock = self.write_lock()?;
         for name in self.names()? {
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') && name.ends_with(TEMP_SUFFIX) {
-                let path = self.root.join(name);
-                match self.fs.remove_file(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(Error::io("remove the leftover temporary file", &path, e))
-                    }
-                }
+            if !(name.starts_with('.') && name.ends_with(TEMP_SUFFIX)) {
+                continue;
+            }
+            let path = self.root.join(name);
+            let is_dir = self
+                .fs
+                .symlink_metadata(&path)
+                .map_or(true, |meta| meta.is_dir());
+            if !is_dir {
+                let _ = self.fs.remove_file(&path);
             }
         }
         Ok(())
@@ -276,7 +309,7 @@ impl FileSessionStore {
         let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
         // The file may grow between fstat and read; never read more than the limit.
         (&mut file)
-            .take(self.max_snapshot_bytes + 1)
+            .take(self.max_snapshot_bytes.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(|e| Error::io("read", &path, e))?;
         let read = bytes.len() as u64;
@@ -344,11 +377,9 @@ impl SessionStore for FileSessionStore {
     /// The new file is created 0600 with `O_EXCL | O_NOFOLLOW` under an unpredictable
     /// name and renamed over the old one, so nothing is written through a planted link.
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
-        let _lock = self.write_lock()?;
         let id = snapshot.id();
-        let stored = self.stored_revision(id)?;
-        check_revision(id, snapshot.revision(), stored)?;
         let revision = snapshot.revision().next();
+        // Encoding does not depend on what is stored, so it happens before taking the lock.
         let bytes = snapshot.to_json_with_revision(revision)?;
         let path = self.path_of(id);
         if bytes.len() as u64 > self.max_snapshot_bytes {
@@ -358,8 +389,19 @@ impl SessionStore for FileSessionStore {
                 limit_bytes: self.max_snapshot_bytes,
             });
         }
-        atomic::replace(&*self.fs, &self.root, &path, &format!(".{id}."), &bytes)?;
-        Ok(revision)
+        let _lock = self.write_lock()?;
+        let stored = self.stored_revision(id)?;
+        check_revision(id, snapshot.revision(), stored)?;
+        match atomic::replace(&*self.fs, &self.root, &path, &format!(".{id}."), &bytes) {
+            Ok(()) => Ok(revision),
+            Err(ReplaceError::Unchanged(err)) => Err(err),
+            Err(ReplaceError::NotDurable(source)) => Err(Error::NotDurable {
+                id: id.clone(),
+                revision,
+                dir: self.root.clone(),
+                source,
+            }),
+        }
     }
 
     /// Loads and verifies the snapshot of `id`.
@@ -379,9 +421,9 @@ impl SessionStore for FileSessionStore {
             .ok_or_else(|| Error::NotFound { id: id.clone() })
     }
 
-    /// Lists every `<id>.json` in the directory. Files whose names are not valid ids and
-    /// files that fail verification are reported in [`SessionList::unreadable`]; other
-    /// names (temporary files, the lock) are ignored.
+    /// Lists every `<id>.json` in the directory. Files whose names are not valid ids
+    /// ([`Error::ForeignFile`]) and files that fail verification are reported in
+    /// [`SessionList::unreadable`]; other names (temporary files, the lock) are ignored.
     fn list(&self) -> Result<SessionList> {
         let mut sessions = Vec::new();
         let mut unreadable = Vec::new();
@@ -389,9 +431,9 @@ impl SessionStore for FileSessionStore {
             let Some(name) = name.to_str() else {
                 let lossy = name.to_string_lossy();
                 if lossy.ends_with(SNAPSHOT_SUFFIX) && !lossy.starts_with('.') {
-                    unreadable.push(Error::InvalidId {
-                        id: lossy.into_owned(),
-                        reason: "the file name is not valid UTF-8",
+                    unreadable.push(Error::ForeignFile {
+                        path: self.root.join(&name),
+                        reason: "its name is not valid UTF-8",
                     });
                 }
                 continue;
@@ -402,7 +444,14 @@ impl SessionStore for FileSessionStore {
             if stem.starts_with('.') {
                 continue;
             }
-            match SessionId::parse(stem).and_then(|id| self.load(&id)) {
+            let Ok(id) = SessionId::parse(stem) else {
+                unreadable.push(Error::ForeignFile {
+                    path: self.root.join(name),
+                    reason: "its name is not <session id>.json (ids are lowercase a-z, 0-9, '-' and '_')",
+                });
+                continue;
+            };
+            match self.load(&id) {
                 Ok(snapshot) => sessions.push(SessionSummary::of(&snapshot)),
                 // Deleted between readdir and open: not an error, just gone.
                 Err(e) if e.is_not_found() => {}
@@ -443,32 +492,68 @@ impl SessionStore for FileSessionStore {
     }
 }
 
-fn check_store_dir(fs: &dyn FileSystem, dir: &Path, meta: &std::fs::Metadata) -> Result<()> {
+/// Makes sure `dir` exists, creating its last component with mode 0700 (and missing
+/// parents likewise) if needed. Returns whether this call created it.
+fn ensure_dir(fs: &dyn FileSystem, dir: &Path) -> Result<bool> {
+    match fs.symlink_metadata(dir) {
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("inspect the store directory", dir, e)),
+    }
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs.create_dir_all_private(parent)
+        .map_err(|e| Error::io("create the parent of the store directory", parent, e))?;
+    match fs.create_dir_private(dir) {
+        Ok(()) => {}
+        // Created by someone else meanwhile: checked below like any existing directory.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(Error::io("create the store directory", dir, e)),
+    }
+    // A save that returns Ok is durable only if the directory holding it is too.
+    fs.sync_dir(parent)
+        .map_err(|e| Error::io("sync the parent of the new store directory", parent, e))?;
+    Ok(true)
+}
+
+/// Checks the store directory's permissions through its open handle. A directory that
+/// others can write to is refused. One that others can only read is made 0700 if this
+/// store created it or it is empty (it is then the store's own); otherwise it is refused
+/// rather than changed, because it holds someone else's files.
+fn check_store_dir(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    handle: &File,
+    meta: &std::fs::Metadata,
+    created: bool,
+) -> Result<()> {
     let insecure = |reason| Error::Insecure {
         path: dir.to_path_buf(),
         reason,
     };
-    if meta.file_type().is_symlink() {
-        return Err(insecure(
-            "the store directory is a symbolic link; open the real directory instead",
-        ));
-    }
-    if !meta.is_dir() {
-        return Err(insecure("the store path is not a directory"));
-    }
     let mode = meta.permissions().mode();
     if mode & 0o022 != 0 {
         return Err(insecure(
             "the store directory is writable by other users, who could plant files or links in it; use a private directory or run `chmod 700` on it",
         ));
     }
-    if mode & 0o077 != 0 {
-        // Readable by others: file names would leak. Tightening a directory we are given
-        // for sessions is safe (files in it are 0600 anyway) and makes it private.
-        fs.set_dir_private(dir)
-            .map_err(|e| Error::io("make the store directory private (chmod 700)", dir, e))?;
+    if mode & 0o077 == 0 {
+        return Ok(());
     }
-    Ok(())
+    let empty = created
+        || fs
+            .read_dir(dir)
+            .map_err(|e| Error::io("read the store directory", dir, e))?
+            .is_empty();
+    if !empty {
+        return Err(insecure(
+            "the store directory is readable by other users and holds other files; run `chmod 700` on it or give the store a directory of its own",
+        ));
+    }
+    fs.set_dir_private(handle)
+        .map_err(|e| Error::io("make the store directory private (chmod 700)", dir, e))
 }
 
 fn is_symlink_error(e: &io::Error) -> bool {

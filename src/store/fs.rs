@@ -18,9 +18,13 @@ pub(crate) trait FileSystem: Send + Sync + std::fmt::Debug {
     /// `lstat`.
     fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata>;
     /// Creates `path` and any missing parents with mode 0700.
+    fn create_dir_all_private(&self, path: &Path) -> io::Result<()>;
+    /// Creates the directory `path` (not its parents) with mode 0700; fails if it exists.
     fn create_dir_private(&self, path: &Path) -> io::Result<()>;
-    /// Sets a directory's mode to 0700.
-    fn set_dir_private(&self, path: &Path) -> io::Result<()>;
+    /// Opens a directory without following a symbolic link in its last component.
+    fn open_dir(&self, path: &Path) -> io::Result<File>;
+    /// Sets the mode of an open directory to 0700 (`fchmod`, so no path is re-resolved).
+    fn set_dir_private(&self, dir: &File) -> io::Result<()>;
     /// Creates a new file `dir/<prefix><random>.tmp` with `O_EXCL | O_NOFOLLOW` and mode
     /// 0600 set at creation, retrying on name collisions.
     fn create_temp(&self, dir: &Path, prefix: &str) -> io::Result<(File, PathBuf)>;
@@ -52,15 +56,26 @@ impl FileSystem for OsFileSystem {
         std::fs::symlink_metadata(path)
     }
 
-    fn create_dir_private(&self, path: &Path) -> io::Result<()> {
+    fn create_dir_all_private(&self, path: &Path) -> io::Result<()> {
         DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
             .create(path)
     }
 
-    fn set_dir_private(&self, path: &Path) -> io::Result<()> {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(DIR_MODE))
+    fn create_dir_private(&self, path: &Path) -> io::Result<()> {
+        DirBuilder::new().mode(DIR_MODE).create(path)
+    }
+
+    fn open_dir(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    }
+
+    fn set_dir_private(&self, dir: &File) -> io::Result<()> {
+        dir.set_permissions(std::fs::Permissions::from_mode(DIR_MODE))
     }
 
     fn create_temp(&self, dir: &Path, prefix: &str) -> io::Result<(File, PathBuf)> {
@@ -94,9 +109,11 @@ impl FileSystem for OsFileSystem {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        // No O_NOFOLLOW: this also syncs the parent of a new store directory, which may be
+        // reached through a link; the store directory itself is resolved when opened.
         OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
             .open(dir)?
             .sync_all()
     }

@@ -175,7 +175,9 @@ impl SessionList {
 ///   and fails with [`Error::Conflict`] otherwise, changing nothing.
 /// - [`load`](Self::load) returns the snapshot with its stored revision set
 ///   ([`SessionSnapshot::with_revision`]).
-/// - A failed call changes nothing that is stored.
+/// - A failed call changes nothing that is stored, with one exception:
+///   [`Error::NotDurable`], which says the new revision is in place but may not survive a
+///   power loss.
 ///
 /// # Examples
 ///
@@ -200,7 +202,8 @@ pub trait SessionStore: Send + Sync {
     /// # Errors
     ///
     /// [`Error::Conflict`] if another writer moved the revision (or created the session
-    /// first); storage errors otherwise. Nothing is changed on error.
+    /// first); storage errors otherwise. Nothing is changed on error, except after
+    /// [`Error::NotDurable`] (see the contract above).
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision>;
 
     /// Loads the stored snapshot of `id`.
@@ -220,6 +223,10 @@ pub trait SessionStore: Send + Sync {
     fn list(&self) -> Result<SessionList>;
 
     /// Deletes the stored session `id`.
+    ///
+    /// A session saved again under the same id starts over at revision 1, so a writer
+    /// still holding a revision of the deleted session can collide with the new one once
+    /// it reaches that revision; delete sessions only when nobody is working on them.
     ///
     /// # Errors
     ///
@@ -255,13 +262,19 @@ pub(crate) fn check_revision(
         None => expected == Revision::NEW,
         Some(found) => found == expected,
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Conflict {
+    if !ok {
+        return Err(Error::Conflict {
             id: id.clone(),
             expected,
             found: stored,
-        })
+        });
     }
+    if expected.as_u64() == u64::MAX {
+        // `next()` saturates; saving again at the same revision would defeat the
+        // compare-and-swap for every later writer.
+        return Err(Error::InvalidArgument {
+            reason: format!("session {id} is at the largest revision and cannot be saved again"),
+        });
+    }
+    Ok(())
 }
