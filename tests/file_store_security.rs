@@ -185,7 +185,7 @@ fn store_dir_readable_by_others_and_holding_other_files_is_refused_unchanged() {
     let err = FileSessionStore::open(&dir).expect_err("a shared, non-empty directory");
     match &err {
         Error::Insecure { reason, .. } => {
-            assert!(reason.contains("readable by other users"), "{reason}")
+            assert!(reason.contains("readable by other users"), "{reason}");
         }
         other => panic!("expected Error::Insecure, got {other:?}"),
     }

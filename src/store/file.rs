@@ -33,6 +33,11 @@ const TEMP_SUFFIX: &str = ".tmp";
 /// snapshot, never a mix; leftover temporary files are never listed as sessions and are
 /// removed the next time a store is opened on the directory.
 ///
+/// If the directory fsync fails after the rename, the new snapshot is in place but may not
+/// survive a power loss: `save` then returns [`Error::NotDurable`] with the stored
+/// revision, and the next successful save makes it durable. A delete whose directory fsync
+/// fails returns [`Error::Io`] saying so, with the file already removed.
+///
 /// Saves and deletes take an exclusive lock on `<dir>/.lock`, so compare-and-swap holds
 /// between threads and between processes on the same machine. Loads take no lock: they
 /// always see a whole snapshot because files are only ever replaced by rename.
@@ -169,7 +174,11 @@ impl FileSessionStore {
         self.root.join(format!("{id}{SNAPSHOT_SUFFIX}"))
     }
 
-    fn open_with(dir: &Path, max_snapshot_bytes: u64, fs: Arc<dyn FileSystem>) -> Result<Self> {
+    pub(super) fn open_with(
+        dir: &Path,
+        max_snapshot_bytes: u64,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<Self> {
         if max_snapshot_bytes == 0 {
             return Err(Error::InvalidArgument {
                 reason: "max_snapshot_bytes must be at least 1".to_owned(),
@@ -492,30 +501,38 @@ impl SessionStore for FileSessionStore {
     }
 }
 
-/// Makes sure `dir` exists, creating its last component with mode 0700 (and missing
-/// parents likewise) if needed. Returns whether this call created it.
+/// Makes sure `dir` exists, creating it and any missing parents with mode 0700, one level
+/// at a time from the top, and fsyncing each new entry into its parent: a save that
+/// returns Ok is durable only if every directory above it that this call created is too.
+/// Returns whether this call created `dir`.
 fn ensure_dir(fs: &dyn FileSystem, dir: &Path) -> Result<bool> {
-    match fs.symlink_metadata(dir) {
-        Ok(_) => return Ok(false),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("inspect the store directory", dir, e)),
+    let mut missing = Vec::new();
+    for level in dir.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        match fs.symlink_metadata(level) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(level),
+            Err(e) => return Err(Error::io("inspect the store directory", level, e)),
+        }
     }
-    let parent = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs.create_dir_all_private(parent)
-        .map_err(|e| Error::io("create the parent of the store directory", parent, e))?;
-    match fs.create_dir_private(dir) {
-        Ok(()) => {}
-        // Created by someone else meanwhile: checked below like any existing directory.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-        Err(e) => return Err(Error::io("create the store directory", dir, e)),
+    let mut created = false;
+    for level in missing.into_iter().rev() {
+        match fs.create_dir_private(level) {
+            Ok(()) => created = true,
+            // Created by someone else meanwhile: checked below like any existing directory.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                created = false;
+                continue;
+            }
+            Err(e) => return Err(Error::io("create the store directory", level, e)),
+        }
+        let parent = level
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        fs.sync_dir(parent)
+            .map_err(|e| Error::io("sync the parent of a new directory", parent, e))?;
     }
-    // A save that returns Ok is durable only if the directory holding it is too.
-    fs.sync_dir(parent)
-        .map_err(|e| Error::io("sync the parent of the new store directory", parent, e))?;
-    Ok(true)
+    Ok(created)
 }
 
 /// Checks the store directory's permissions through its open handle. A directory that
@@ -539,7 +556,8 @@ fn check_store_dir(
             "the store directory is writable by other users, who could plant files or links in it; use a private directory or run `chmod 700` on it",
         ));
     }
-    if mode & 0o077 == 0 {
+    let group_and_other = mode & 0o077;
+    if group_and_other == 0 {
         return Ok(());
     }
     let empty = created

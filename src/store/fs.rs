@@ -17,8 +17,6 @@ pub(crate) const DIR_MODE: u32 = 0o700;
 pub(crate) trait FileSystem: Send + Sync + std::fmt::Debug {
     /// `lstat`.
     fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata>;
-    /// Creates `path` and any missing parents with mode 0700.
-    fn create_dir_all_private(&self, path: &Path) -> io::Result<()>;
     /// Creates the directory `path` (not its parents) with mode 0700; fails if it exists.
     fn create_dir_private(&self, path: &Path) -> io::Result<()>;
     /// Opens a directory without following a symbolic link in its last component.
@@ -54,13 +52,6 @@ pub(crate) struct OsFileSystem;
 impl FileSystem for OsFileSystem {
     fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata> {
         std::fs::symlink_metadata(path)
-    }
-
-    fn create_dir_all_private(&self, path: &Path) -> io::Result<()> {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(path)
     }
 
     fn create_dir_private(&self, path: &Path) -> io::Result<()> {

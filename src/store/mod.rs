@@ -1,6 +1,10 @@
 //! The `SessionStore` trait, revisions, and listings.
 
 mod atomic;
+#[cfg(test)]
+mod crash_model;
+#[cfg(test)]
+mod fault_injection;
 mod file;
 mod fs;
 mod memory;
@@ -175,9 +179,10 @@ impl SessionList {
 ///   and fails with [`Error::Conflict`] otherwise, changing nothing.
 /// - [`load`](Self::load) returns the snapshot with its stored revision set
 ///   ([`SessionSnapshot::with_revision`]).
-/// - A failed call changes nothing that is stored, with one exception:
-///   [`Error::NotDurable`], which says the new revision is in place but may not survive a
-///   power loss.
+/// - A failed call changes nothing that is stored, with two exceptions a store must say
+///   in its error: [`Error::NotDurable`], for a save whose new revision is in place but may
+///   not survive a power loss, and a delete that removed the session but could not make
+///   the removal durable.
 ///
 /// # Examples
 ///

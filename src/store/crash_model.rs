@@ -1,0 +1,1533 @@
+//! Power loss (issue 4, item 3).
+//!
+//! `kill -9` cannot catch a missing fsync: the page cache survives the process. So
+//! [`CrashFs`] wraps the real file system behind the store's [`FileSystem`] seam and keeps a
+//! model of what a power cut would leave: for each file, the bytes its last `sync_file` made
+//! durable and the bytes only written; for the store directory, the entries its last
+//! `sync_dir` made durable and the creates, renames and unlinks done since. After every call
+//! of a run (open, saves of revisions 1, 2, 3, a delete, a save after the delete) the model
+//! is cut: the post-crash directory is built in a fresh place from the durable entries plus
+//! each prefix of the pending directory operations (metadata journals keep their order), with
+//! every file's unsynced bytes damaged in each way a crash can (dropped, zeroed, garbage,
+//! partially persisted, torn, fully persisted). A store opened there must load exactly the
+//! old or the new snapshot (never a mix, never unreadable) and, once a call returned `Ok`,
+//! the new one. The model also tracks the store directory itself when `open` creates it:
+//! its entry in its parent is durable only after a `sync_dir` of that parent.
+//!
+//! Negative controls: copies of `atomic::replace` without the file fsync and without the
+//! directory fsync are driven through the same harness and must fail it.
+//!
+//! Where the tests run as root, a real cut is also made on a loop-mounted ext4 image: the
+//! `EXT4_IOC_SHUTDOWN` ioctl with `EXT4_GOING_FLAGS_NOLOGFLUSH` (the cut xfstests uses)
+//! aborts the journal and drops every dirty page at a chosen call, and the remount replays
+//! the journal. It is skipped, with the reason printed, elsewhere.
+//!
+//! Run: `cargo test --lib store::crash_model -- --nocapture` (the figures are printed);
+//! `AGENT_SESSION_LONG=1` for the exhaustive run.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::fs::{DirBuilder, File, Metadata, OpenOptions};
+use std::io::{self, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::atomic::{self, ReplaceError};
+use super::fault_injection::{encoded, long_run, scratch_dir, snapshot_on, temp_files, Mounted};
+use super::file::{FileSessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
+use super::fs::{FileSystem, OsFileSystem};
+use super::SessionStore;
+use crate::error::Error;
+use crate::id::SessionId;
+
+// ---------------------------------------------------------------------------------------
+// The model.
+// ---------------------------------------------------------------------------------------
+
+type InodeId = usize;
+
+/// A directory operation not yet made durable by `sync_dir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DirOp {
+    Link { name: String, inode: InodeId },
+    Rename { from: String, to: String },
+    Unlink { name: String },
+}
+
+impl DirOp {
+    fn apply(&self, dir: &mut BTreeMap<String, InodeId>) {
+        match self {
+            DirOp::Link { name, inode } => {
+                dir.insert(name.clone(), *inode);
+            }
+            DirOp::Rename { from, to } => {
+                if let Some(inode) = dir.remove(from) {
+                    dir.insert(to.clone(), inode);
+                }
+            }
+            DirOp::Unlink { name } => {
+                dir.remove(name);
+            }
+        }
+    }
+}
+
+/// A file's content: what its last fsync made durable, and what is written now.
+#[derive(Debug, Clone, Default)]
+struct Inode {
+    durable: Arc<Vec<u8>>,
+    live: Arc<Vec<u8>>,
+}
+
+/// What the store directory holds, durably and live.
+#[derive(Debug, Clone, Default)]
+struct Disk {
+    inodes: Vec<Inode>,
+    durable_dir: BTreeMap<String, InodeId>,
+    live_dir: BTreeMap<String, InodeId>,
+    pending: Vec<DirOp>,
+    /// Directories `create_dir_private` made (the store directory and any missing parent)
+    /// whose entries no `sync_dir` of their parent has made durable yet: while one is left,
+    /// a crash may lose the whole store directory.
+    undurable_dirs: BTreeSet<PathBuf>,
+}
+
+impl Disk {
+    /// The directories a crash can leave: the durable entries plus each prefix of the
+    /// pending operations (every subset, in the long run), without duplicates; `None` for
+    /// a store directory that did not survive.
+    fn crash_directories(&self, subsets: bool) -> Vec<Option<BTreeMap<String, InodeId>>> {
+        let n = self.pending.len();
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        if !self.undurable_dirs.is_empty() {
+            out.push(None);
+        }
+        let mut push = |dir: BTreeMap<String, InodeId>| {
+            if seen.insert(dir.clone()) {
+                out.push(Some(dir));
+            }
+        };
+        if subsets && n <= 12 {
+            for mask in 0..(1_u32 << n) {
+                let mut dir = self.durable_dir.clone();
+                for (i, op) in self.pending.iter().enumerate() {
+                    if mask & (1 << i) != 0 {
+                        op.apply(&mut dir);
+                    }
+                }
+                push(dir);
+            }
+        } else {
+            let mut dir = self.durable_dir.clone();
+            push(dir.clone());
+            for op in &self.pending {
+                op.apply(&mut dir);
+                push(dir.clone());
+            }
+        }
+        out
+    }
+}
+
+/// How a crash treats the bytes written since a file's last fsync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Damage {
+    /// All lost: the file is as its last fsync left it.
+    Dropped,
+    /// The size reached the disk, the data did not: unsynced bytes read as zeros.
+    Zeroed,
+    /// The size reached the disk over stale blocks: unsynced bytes are garbage.
+    Garbage(u64),
+    /// Only the first `num/den` of the unsynced bytes reached the disk (at least one byte,
+    /// at most all but one), the rest is cut off.
+    Partial(usize, usize),
+    /// Unsynced 512-byte sectors reached the disk out of order: every other one is zeros.
+    Torn,
+    /// Every unsynced byte happened to reach the disk.
+    Persisted,
+}
+
+impl Damage {
+    fn variants() -> Vec<Damage> {
+        let mut all = vec![
+            Damage::Dropped,
+            Damage::Zeroed,
+            Damage::Garbage(1),
+            Damage::Partial(0, 1),
+            Damage::Partial(1, 2),
+            Damage::Partial(1, 1),
+            Damage::Torn,
+            Damage::Persisted,
+        ];
+        if long_run() {
+            all.extend((1..8).map(|num| Damage::Partial(num, 8)));
+            all.extend((2..6).map(Damage::Garbage));
+        }
+        all
+    }
+
+    /// The content a crash leaves of `inode`.
+    fn apply(self, inode: &Inode) -> Vec<u8> {
+        let (durable, live) = (&*inode.durable, &*inode.live);
+        let unsynced: Vec<usize> = (0..live.len())
+            .filter(|&i| durable.get(i) != Some(&live[i]))
+            .collect();
+        if unsynced.is_empty() && live.len() == durable.len() {
+            return durable.clone();
+        }
+        let overwrite = |value: &dyn Fn(usize) -> u8| {
+            let mut out = live.clone();
+            for &i in &unsynced {
+                out[i] = value(i);
+            }
+            out
+        };
+        match self {
+            Damage::Dropped => durable.clone(),
+            Damage::Persisted => live.clone(),
+            Damage::Zeroed => overwrite(&|_| 0),
+            Damage::Garbage(seed) => overwrite(&|i| garbage(seed, i)),
+            Damage::Torn => overwrite(&|i| if (i / 512) % 2 == 1 { 0 } else { live[i] }),
+            Damage::Partial(num, den) => {
+                let n = unsynced.len();
+                let keep = if n <= 1 {
+                    n
+                } else {
+                    (n * num / den).clamp(1, n - 1)
+                };
+                let mut out = durable.clone();
+                for &i in &unsynced[..keep] {
+                    if i >= out.len() {
+                        out.resize(i + 1, 0);
+                    }
+                    out[i] = live[i];
+                }
+                out
+            }
+        }
+    }
+}
+
+/// A deterministic garbage byte (never what a JSON snapshot needs to parse).
+fn garbage(seed: u64, i: usize) -> u8 {
+    let mut x = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i as u64)
+        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 31;
+    x.to_le_bytes()[0]
+}
+
+// ---------------------------------------------------------------------------------------
+// The crash-model file system.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct CrashState {
+    disk: Disk,
+    /// Open files by (device, inode), which stays right when an fd number is reused.
+    by_inode: HashMap<(u64, u64), InodeId>,
+    /// The disk after each call since the last `take_log`, with the call's name.
+    log: Vec<(&'static str, Disk)>,
+}
+
+/// The real file system, plus a model of what is durable in the one directory it serves.
+#[derive(Debug)]
+struct CrashFs {
+    inner: OsFileSystem,
+    root: PathBuf,
+    state: Mutex<CrashState>,
+}
+
+impl CrashFs {
+    /// Models `root`, an existing empty directory whose own entry is durable.
+    fn new(root: PathBuf) -> Self {
+        CrashFs {
+            inner: OsFileSystem,
+            root,
+            state: Mutex::new(CrashState::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, CrashState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn disk(&self) -> Disk {
+        self.state().disk.clone()
+    }
+
+    fn take_log(&self) -> Vec<(&'static str, Disk)> {
+        std::mem::take(&mut self.state().log)
+    }
+
+    /// The name of `path` in the modelled directory.
+    fn name(&self, path: &Path) -> String {
+        assert_eq!(
+            path.parent(),
+            Some(self.root.as_path()),
+            "the crash model covers only {}",
+            self.root.display()
+        );
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .expect("a UTF-8 name")
+            .to_owned()
+    }
+
+    /// Applies the model change of a call that succeeded, and logs the resulting disk.
+    fn step<T>(
+        &self,
+        call: &'static str,
+        result: io::Result<T>,
+        change: impl FnOnce(&T, &mut CrashState),
+    ) -> io::Result<T> {
+        let mut state = self.state();
+        if let Ok(value) = &result {
+            change(value, &mut state);
+        }
+        let disk = state.disk.clone();
+        state.log.push((call, disk));
+        result
+    }
+
+    fn link_new(state: &mut CrashState, name: String, key: Option<(u64, u64)>) {
+        let inode = state.disk.inodes.len();
+        state.disk.inodes.push(Inode::default());
+        if let Some(key) = key {
+            state.by_inode.insert(key, inode);
+        }
+        state.disk.live_dir.insert(name.clone(), inode);
+        state.disk.pending.push(DirOp::Link { name, inode });
+    }
+}
+
+/// The levels of `path` that do not exist yet.
+fn key_of(file: &File) -> Option<(u64, u64)> {
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl FileSystem for CrashFs {
+    fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata> {
+        self.step(
+            "symlink_metadata",
+            self.inner.symlink_metadata(path),
+            |_, _| {},
+        )
+    }
+
+    fn create_dir_private(&self, path: &Path) -> io::Result<()> {
+        assert!(
+            self.root.starts_with(path),
+            "the crash model covers only the store directory and its parents"
+        );
+        let created = path.to_path_buf();
+        self.step(
+            "create_dir_private",
+            self.inner.create_dir_private(path),
+            |(), state| {
+                state.disk.undurable_dirs.insert(created);
+            },
+        )
+    }
+
+    fn open_dir(&self, path: &Path) -> io::Result<File> {
+        self.step("open_dir", self.inner.open_dir(path), |_, _| {})
+    }
+
+    fn set_dir_private(&self, dir: &File) -> io::Result<()> {
+        self.step(
+            "set_dir_private",
+            self.inner.set_dir_private(dir),
+            |(), _| {},
+        )
+    }
+
+    fn create_temp(&self, dir: &Path, prefix: &str) -> io::Result<(File, PathBuf)> {
+        let result = self.inner.create_temp(dir, prefix);
+        let name = result.as_ref().ok().map(|(_, path)| self.name(path));
+        self.step("create_temp", result, |(file, _), state| {
+            Self::link_new(state, name.unwrap_or_default(), key_of(file));
+        })
+    }
+
+    fn write_all(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
+        let offset = usize::try_from(file.stream_position()?).expect("small offset");
+        let result = self.inner.write_all(file, bytes);
+        let key = key_of(file);
+        self.step("write_all", result, |(), state| {
+            let inode = key
+                .and_then(|k| state.by_inode.get(&k).copied())
+                .expect("a write to a file the model knows");
+            let live = Arc::make_mut(&mut state.disk.inodes[inode].live);
+            if live.len() < offset + bytes.len() {
+                live.resize(offset + bytes.len(), 0);
+            }
+            live[offset..offset + bytes.len()].copy_from_slice(bytes);
+        })
+    }
+
+    fn sync_file(&self, file: &File) -> io::Result<()> {
+        let key = key_of(file);
+        self.step("sync_file", self.inner.sync_file(file), |(), state| {
+            let inode = key
+                .and_then(|k| state.by_inode.get(&k).copied())
+                .expect("an fsync of a file the model knows");
+            let node = &mut state.disk.inodes[inode];
+            node.durable = Arc::clone(&node.live);
+        })
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (from_name, to_name) = (self.name(from), self.name(to));
+        self.step("rename", self.inner.rename(from, to), |(), state| {
+            let op = DirOp::Rename {
+                from: from_name,
+                to: to_name,
+            };
+            op.apply(&mut state.disk.live_dir);
+            state.disk.pending.push(op);
+        })
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        assert!(
+            self.root.starts_with(dir),
+            "the crash model covers only {}",
+            self.root.display()
+        );
+        let is_root = dir == self.root;
+        self.step("sync_dir", self.inner.sync_dir(dir), |(), state| {
+            // A directory's fsync makes the entries in it durable, including those of
+            // directories created in it.
+            state
+                .disk
+                .undurable_dirs
+                .retain(|d| d.parent() != Some(dir));
+            if is_root {
+                state.disk.durable_dir = state.disk.live_dir.clone();
+                state.disk.pending.clear();
+            }
+        })
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let name = self.name(path);
+        self.step("remove_file", self.inner.remove_file(path), |(), state| {
+            let op = DirOp::Unlink { name };
+            op.apply(&mut state.disk.live_dir);
+            state.disk.pending.push(op);
+        })
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        self.step("open_read", self.inner.open_read(path), |_, _| {})
+    }
+
+    fn open_lock(&self, path: &Path) -> io::Result<File> {
+        let name = self.name(path);
+        let existed = self.state().disk.live_dir.contains_key(&name);
+        self.step("open_lock", self.inner.open_lock(path), |file, state| {
+            if !existed {
+                Self::link_new(state, name, key_of(file));
+            }
+        })
+    }
+
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        self.step("read_dir", self.inner.read_dir(dir), |_, _| {})
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Writers: the store, and copies of atomic::replace with a step removed.
+// ---------------------------------------------------------------------------------------
+
+type ReplaceFn = fn(&dyn FileSystem, &Path, &Path, &str, &[u8]) -> Result<(), ReplaceError>;
+
+/// A copy of [`atomic::replace`] in which the file fsync and the directory fsync can be
+/// left out.
+fn replace_copy(
+    file_fsync: bool,
+    dir_fsync: bool,
+    fs: &dyn FileSystem,
+    dir: &Path,
+    target: &Path,
+    temp_prefix: &str,
+    bytes: &[u8],
+) -> Result<(), ReplaceError> {
+    let (mut file, temp) = fs
+        .create_temp(dir, temp_prefix)
+        .map_err(|e| ReplaceError::Unchanged(Error::io("create a temporary file in", dir, e)))?;
+    let written = fs
+        .write_all(&mut file, bytes)
+        .map_err(|e| Error::io("write", &temp, e))
+        .and_then(|()| {
+            if file_fsync {
+                fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e))
+            } else {
+                Ok(())
+            }
+        });
+    drop(file);
+    let renamed = written.and_then(|()| {
+        fs.rename(&temp, target)
+            .map_err(|e| Error::io("rename a temporary file onto", target, e))
+    });
+    if let Err(err) = renamed {
+        let _ = fs.remove_file(&temp);
+        return Err(ReplaceError::Unchanged(err));
+    }
+    if dir_fsync {
+        fs.sync_dir(dir).map_err(ReplaceError::NotDurable)
+    } else {
+        Ok(())
+    }
+}
+
+/// Control: no fsync of the new file before the rename.
+fn replace_without_file_fsync(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    target: &Path,
+    prefix: &str,
+    bytes: &[u8],
+) -> Result<(), ReplaceError> {
+    replace_copy(false, true, fs, dir, target, prefix, bytes)
+}
+
+/// Control: no fsync of the directory after the rename.
+fn replace_without_dir_fsync(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    target: &Path,
+    prefix: &str,
+    bytes: &[u8],
+) -> Result<(), ReplaceError> {
+    replace_copy(true, false, fs, dir, target, prefix, bytes)
+}
+
+/// The copy with nothing removed: it must pass, so the controls fail for the removed step.
+fn replace_copy_unbroken(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    target: &Path,
+    prefix: &str,
+    bytes: &[u8],
+) -> Result<(), ReplaceError> {
+    replace_copy(true, true, fs, dir, target, prefix, bytes)
+}
+
+#[derive(Clone, Copy)]
+enum Writer {
+    /// `FileSessionStore` (opened on the crash model, then saving and deleting).
+    Store,
+    /// A replace function called on the seam directly, saves only.
+    Replace(ReplaceFn),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Save,
+    Delete,
+}
+
+const ID: &str = "s";
+
+/// One operation of a run, with the disk after each of its calls.
+struct OpRecord {
+    label: String,
+    /// What a load gave before it (the last acknowledged state) and should give after it.
+    before: Option<Vec<u8>>,
+    after: Option<Vec<u8>>,
+    acknowledged: bool,
+    /// `steps[0]` is the disk before its first call; `steps[j]` after call `j`.
+    steps: Vec<(&'static str, Disk)>,
+}
+
+/// The size of the snapshot saved as revision `n`: lengths differ between revisions and
+/// span several 512-byte sectors.
+fn size_of_revision(n: u64) -> usize {
+    let n = usize::try_from(n).expect("small revision");
+    if long_run() && n % 3 == 0 {
+        150_000 + n * 1_000
+    } else {
+        3_000 + n * 1_500
+    }
+}
+
+/// Where a run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The store directory exists, durably, before the run.
+    Existing,
+    /// `open` creates the store directory; its parent exists.
+    Missing,
+    /// `open` creates the store directory and its parent.
+    MissingParent,
+}
+
+/// Runs `plan` with `writer` on a fresh directory under the crash model, recording the disk
+/// after every call.
+fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
+    let (_scratch, base) = scratch_dir();
+    let root = match start {
+        Start::Existing => {
+            let root = base.join("store");
+            DirBuilder::new()
+                .mode(0o700)
+                .create(&root)
+                .expect("store directory");
+            root
+        }
+        Start::Missing => base.join("store"),
+        Start::MissingParent => base.join("new").join("store"),
+    };
+    let fs = Arc::new(CrashFs::new(root.clone()));
+    let id = SessionId::parse(ID).expect("valid id");
+    let target = root.join(format!("{ID}.json"));
+    let mut records = Vec::new();
+    let mut disk = fs.disk();
+    let mut finish = |label: String, before, after, acknowledged: bool, disk: &mut Disk| {
+        let mut steps = vec![("(start)", disk.clone())];
+        steps.extend(fs.take_log());
+        *disk = fs.disk();
+        records.push(OpRecord {
+            label,
+            before,
+            after,
+            acknowledged,
+            steps,
+        });
+    };
+    let store = match writer {
+        Writer::Store => {
+            let store = FileSessionStore::open_with(&root, DEFAULT_MAX_SNAPSHOT_BYTES, fs.clone())
+                .expect("open on the crash model");
+            finish("open".into(), None, None, true, &mut disk);
+            Some(store)
+        }
+        Writer::Replace(_) => None,
+    };
+    let mut revision = 0_u64;
+    let mut current: Option<Vec<u8>> = None;
+    for action in plan {
+        let (label, result, after) = match action {
+            Action::Save => {
+                let snapshot = snapshot_on(&id, revision, "crash", size_of_revision(revision + 1));
+                let bytes = encoded(&snapshot);
+                let result = match (&store, writer) {
+                    (Some(store), _) => {
+                        store.save(&snapshot).map(|_| ()).map_err(|e| e.to_string())
+                    }
+                    (None, Writer::Replace(replace)) => {
+                        replace(&*fs, &root, &target, &format!(".{ID}."), &bytes)
+                            .map_err(|e| format!("{e:?}"))
+                    }
+                    (None, Writer::Store) => unreachable!(),
+                };
+                (
+                    format!("save of revision {}", revision + 1),
+                    result,
+                    Some(bytes),
+                )
+            }
+            Action::Delete => {
+                let store = store.as_ref().expect("deletes go through the store");
+                (
+                    format!("delete of revision {revision}"),
+                    store.delete(&id).map_err(|e| e.to_string()),
+                    None,
+                )
+            }
+        };
+        result.unwrap_or_else(|e| panic!("{label} failed without a crash: {e}"));
+        assert_eq!(std::fs::read(&target).ok(), after, "{label}: live content");
+        revision = match action {
+            Action::Save => revision + 1,
+            Action::Delete => 0,
+        };
+        let before = std::mem::replace(&mut current, after.clone());
+        finish(label, before, after, true, &mut disk);
+    }
+    records
+}
+
+// ---------------------------------------------------------------------------------------
+// Recovery and the check.
+// ---------------------------------------------------------------------------------------
+
+/// Builds the post-crash directory at `at` and opens a store on it; returns what a load
+/// gives (the raw bytes of the snapshot, `None` if there is none), or why recovery failed.
+fn recover(
+    disk: &Disk,
+    entries: Option<&BTreeMap<String, InodeId>>,
+    damage: Damage,
+    at: &Path,
+) -> Result<Option<Vec<u8>>, String> {
+    // A lost store directory is simply not there: opening creates it anew.
+    if entries.is_some() {
+        DirBuilder::new()
+            .mode(0o700)
+            .create(at)
+            .map_err(|e| e.to_string())?;
+    }
+    for (name, &inode) in entries.into_iter().flatten() {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(at.join(name))
+            .and_then(|mut f| f.write_all(&damage.apply(&disk.inodes[inode])))
+            .map_err(|e| e.to_string())?;
+    }
+    let store = FileSessionStore::open(at).map_err(|e| format!("open failed: {e}"))?;
+    let left = temp_files(at);
+    if !left.is_empty() {
+        return Err(format!("temporary files left after open: {left:?}"));
+    }
+    let id = SessionId::parse(ID).expect("valid id");
+    let raw = std::fs::read(store.path_of(&id)).ok();
+    let revision = match (store.load(&id), &raw) {
+        (Ok(snapshot), Some(_)) => snapshot.revision().as_u64(),
+        (Err(e), None) if e.is_not_found() => 0,
+        (Err(e), _) => return Err(format!("load failed: {e}")),
+        (Ok(_), None) => return Err("loaded a snapshot that is not there".into()),
+    };
+    let listing = store.list().map_err(|e| format!("list failed: {e}"))?;
+    if !listing.unreadable.is_empty() || listing.sessions.len() != usize::from(raw.is_some()) {
+        return Err(format!(
+            "list shows {} sessions and unreadable {:?}",
+            listing.sessions.len(),
+            listing.unreadable
+        ));
+    }
+    // The recovered store keeps working: a save on top of what it recovered succeeds.
+    store
+        .save(&snapshot_on(&id, revision, "after recovery", 50))
+        .map_err(|e| format!("save after recovery failed: {e}"))?;
+    Ok(raw)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Recovery failed: open, load or list errored (a torn or empty file), or a temporary
+    /// file survived the open.
+    Unrecoverable,
+    /// A call had returned `Ok`, yet recovery gave another (older) readable state.
+    AcknowledgedLost,
+    /// Recovery gave a readable state that is neither the old nor the new one.
+    Neither,
+}
+
+#[derive(Debug)]
+struct Violation {
+    kind: Kind,
+    what: String,
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    crash_points: usize,
+    after_acknowledgement: usize,
+    directory_states: usize,
+    recoveries: usize,
+    damage_variants: usize,
+}
+
+/// Cuts power at every recorded step of every operation, in every crash directory and
+/// with every damage variant, and checks recovery.
+fn check(records: &[OpRecord]) -> (Figures, Vec<Violation>) {
+    let (_scratch, base) = scratch_dir();
+    let damages = Damage::variants();
+    let mut figures = Figures {
+        damage_variants: damages.len(),
+        ..Figures::default()
+    };
+    let mut violations = Vec::new();
+    for record in records {
+        for (j, (call, disk)) in record.steps.iter().enumerate() {
+            let acknowledged = record.acknowledged && j + 1 == record.steps.len();
+            figures.crash_points += 1;
+            figures.after_acknowledgement += usize::from(acknowledged);
+            for entries in disk.crash_directories(long_run()) {
+                figures.directory_states += 1;
+                for &damage in &damages {
+                    figures.recoveries += 1;
+                    let at = base.join(format!("r{}", figures.recoveries));
+                    let outcome = recover(disk, entries.as_ref(), damage, &at);
+                    let _ = std::fs::remove_dir_all(&at);
+                    let kind = match &outcome {
+                        Err(_) => Some(Kind::Unrecoverable),
+                        Ok(found) if *found == record.after => None,
+                        Ok(found) if !acknowledged && *found == record.before => None,
+                        Ok(_) if acknowledged => Some(Kind::AcknowledgedLost),
+                        Ok(_) => Some(Kind::Neither),
+                    };
+                    if let Some(kind) = kind {
+                        violations.push(Violation {
+                            kind,
+                            what: format!(
+                                "{}: cut after call {j} ({call}){}, directory {}, {damage:?}: {}",
+                                record.label,
+                                if acknowledged { ", acknowledged" } else { "" },
+                                entries.as_ref().map_or_else(
+                                    || "lost".to_owned(),
+                                    |e| format!("{:?}", e.keys().collect::<Vec<_>>())
+                                ),
+                                match &outcome {
+                                    Err(why) => why.clone(),
+                                    Ok(None) => "recovered: no snapshot".into(),
+                                    Ok(Some(bytes)) => format!(
+                                        "recovered a {}-byte snapshot that is not the expected one",
+                                        bytes.len()
+                                    ),
+                                }
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    (figures, violations)
+}
+
+fn report(name: &str, figures: &Figures, violations: &[Violation]) {
+    eprintln!(
+        "crash model, {name}: {} crash points ({} after an acknowledged call), {} post-crash \
+         directory states, {} damage variants, {} recoveries checked, {} violations",
+        figures.crash_points,
+        figures.after_acknowledgement,
+        figures.directory_states,
+        figures.damage_variants,
+        figures.recoveries,
+        violations.len()
+    );
+}
+
+fn store_plan() -> Vec<Action> {
+    use Action::{Delete, Save};
+    if long_run() {
+        let mut plan = vec![Save; 10];
+        plan.extend([Delete, Save, Save, Delete]);
+        plan
+    } else {
+        vec![Save, Save, Save, Delete, Save]
+    }
+}
+
+const CONTROL_PLAN: [Action; 3] = [Action::Save, Action::Save, Action::Save];
+
+// ---------------------------------------------------------------------------------------
+// Tests.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn damage_variants_each_change_the_unsynced_bytes_their_own_way() {
+    let inode = Inode {
+        durable: Arc::new(b"AB".to_vec()),
+        live: Arc::new(
+            (0..1200)
+                .map(|i| b'a' + u8::try_from(i % 26).unwrap())
+                .collect(),
+        ),
+    };
+    let live = inode.live.as_slice();
+    assert_eq!(Damage::Dropped.apply(&inode), b"AB");
+    assert_eq!(Damage::Persisted.apply(&inode), live);
+    let zeroed = Damage::Zeroed.apply(&inode);
+    assert_eq!(zeroed.len(), 1200);
+    assert!(
+        zeroed.iter().all(|&b| b == 0),
+        "a and b differ from A and B too"
+    );
+    let garbage = Damage::Garbage(1).apply(&inode);
+    assert_eq!(garbage.len(), 1200);
+    assert!(garbage.iter().zip(live).filter(|(g, l)| g != l).count() > 1000);
+    let first = Damage::Partial(0, 1).apply(&inode);
+    assert_eq!(
+        first, b"aB",
+        "one unsynced byte persisted, the rest cut off"
+    );
+    let half = Damage::Partial(1, 2).apply(&inode);
+    assert_eq!(half, &live[..600]);
+    let all_but_one = Damage::Partial(1, 1).apply(&inode);
+    assert_eq!(all_but_one, &live[..1199]);
+    let torn = Damage::Torn.apply(&inode);
+    assert_eq!(&torn[..512], &live[..512]);
+    assert!(torn[512..1024].iter().all(|&b| b == 0));
+    assert_eq!(&torn[1024..], &live[1024..]);
+    // A file with nothing unsynced is never damaged.
+    let synced = Inode {
+        durable: Arc::clone(&inode.live),
+        live: Arc::clone(&inode.live),
+    };
+    for damage in Damage::variants() {
+        assert_eq!(damage.apply(&synced), live, "{damage:?}");
+    }
+}
+
+#[test]
+fn crash_model_tracks_durable_bytes_and_directory_entries() {
+    let (_scratch, base) = scratch_dir();
+    let root = base.join("d");
+    DirBuilder::new().mode(0o700).create(&root).expect("dir");
+    let fs = CrashFs::new(root.clone());
+    let (mut file, temp) = fs.create_temp(&root, ".x.").expect("temp");
+    fs.write_all(&mut file, b"hello").expect("write");
+    let disk = fs.disk();
+    assert!(disk.durable_dir.is_empty());
+    assert_eq!(disk.pending.len(), 1);
+    assert_eq!(*disk.inodes[0].durable, b"");
+    assert_eq!(*disk.inodes[0].live, b"hello");
+    fs.sync_file(&file).expect("sync");
+    assert_eq!(*fs.disk().inodes[0].durable, b"hello");
+    fs.rename(&temp, &root.join("x.json")).expect("rename");
+    let disk = fs.disk();
+    assert_eq!(
+        disk.crash_directories(false).len(),
+        3,
+        "none, the create, both"
+    );
+    fs.sync_dir(&root).expect("sync dir");
+    let disk = fs.disk();
+    assert!(disk.pending.is_empty());
+    assert_eq!(disk.durable_dir.keys().collect::<Vec<_>>(), ["x.json"]);
+    fs.remove_file(&root.join("x.json")).expect("unlink");
+    assert_eq!(fs.disk().crash_directories(false).len(), 2);
+    assert_eq!(fs.take_log().len(), 6);
+}
+
+#[test]
+fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot() {
+    let records = record_run(Writer::Store, &store_plan(), Start::Existing);
+    let (figures, violations) = check(&records);
+    report(
+        "FileSessionStore (open, saves, delete)",
+        &figures,
+        &violations,
+    );
+    assert!(
+        violations.is_empty(),
+        "{} violations, first ones:\n{}",
+        violations.len(),
+        violations
+            .iter()
+            .take(10)
+            .map(|v| format!("{:?}: {}", v.kind, v.what))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Each save (6 calls) and the delete (3 calls) was cut at every step.
+    assert!(records.iter().all(|r| r.acknowledged));
+    let saves = records
+        .iter()
+        .filter(|r| r.label.starts_with("save"))
+        .count();
+    assert!(saves >= 4);
+    assert!(records
+        .iter()
+        .filter(|r| r.label.starts_with("save"))
+        .all(|r| r.steps.len() == 7));
+    assert!(figures.recoveries > 0);
+}
+
+#[test]
+fn the_unbroken_copy_and_atomic_replace_pass_the_crash_model() {
+    for (name, writer) in [
+        ("atomic::replace", Writer::Replace(atomic::replace)),
+        ("the unbroken copy", Writer::Replace(replace_copy_unbroken)),
+    ] {
+        let records = record_run(writer, &CONTROL_PLAN, Start::Existing);
+        let (figures, violations) = check(&records);
+        report(name, &figures, &violations);
+        assert!(violations.is_empty(), "{name}: {violations:?}");
+        let calls: Vec<_> = records[0].steps[1..].iter().map(|(c, _)| *c).collect();
+        assert_eq!(
+            calls,
+            [
+                "create_temp",
+                "write_all",
+                "sync_file",
+                "rename",
+                "sync_dir"
+            ],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_crash_model_catches_a_writer_without_the_file_fsync() {
+    let records = record_run(
+        Writer::Replace(replace_without_file_fsync),
+        &CONTROL_PLAN,
+        Start::Existing,
+    );
+    let (figures, violations) = check(&records);
+    report("control without the file fsync", &figures, &violations);
+    let caught = violations
+        .iter()
+        .filter(|v| v.kind == Kind::Unrecoverable && v.what.contains("acknowledged"))
+        .count();
+    assert!(
+        caught > 0,
+        "a writer that renames unsynced data over the snapshot was not caught: {violations:?}"
+    );
+    let example = violations
+        .iter()
+        .find(|v| v.kind == Kind::Unrecoverable && v.what.contains("acknowledged"))
+        .map_or("", |v| v.what.as_str());
+    eprintln!(
+        "crash model, control without the file fsync: caught, {caught} recoveries after an \
+         acknowledged save found an unreadable snapshot; e.g. {example}"
+    );
+}
+
+#[test]
+fn the_crash_model_catches_a_writer_without_the_directory_fsync() {
+    let records = record_run(
+        Writer::Replace(replace_without_dir_fsync),
+        &CONTROL_PLAN,
+        Start::Existing,
+    );
+    let (figures, violations) = check(&records);
+    report("control without the directory fsync", &figures, &violations);
+    let lost: Vec<_> = violations
+        .iter()
+        .filter(|v| v.kind == Kind::AcknowledgedLost)
+        .collect();
+    assert!(
+        !lost.is_empty(),
+        "a writer that does not sync the rename was not caught: {violations:?}"
+    );
+    eprintln!(
+        "crash model, control without the directory fsync: caught, {} recoveries lost an \
+         acknowledged save; e.g. {}",
+        lost.len(),
+        lost[0].what
+    );
+}
+
+#[test]
+fn a_power_cut_after_the_first_save_into_a_new_store_directory_keeps_the_save() {
+    // `open` creates `<base>/store` and fsyncs `<base>`, so the directory entry is durable
+    // before any save is acknowledged.
+    let records = record_run(Writer::Store, &[Action::Save, Action::Save], Start::Missing);
+    let (figures, violations) = check(&records);
+    report(
+        "FileSessionStore creating its directory",
+        &figures,
+        &violations,
+    );
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(records[0]
+        .steps
+        .iter()
+        .any(|(call, _)| *call == "create_dir_private"));
+}
+
+#[test]
+fn a_power_cut_after_the_first_save_into_new_nested_directories_keeps_the_save() {
+    // `open` on `<base>/new/store` must create `new` and `store` and fsync each entry into
+    // its parent (`<base>`, then `<base>/new`): otherwise, by fsync(2)'s rules, the entry of
+    // `new` may not survive a power cut, and with it the store directory and every
+    // snapshot acknowledged in it. (Found by this test: the first version fsynced only
+    // `<base>/new`.)
+    let records = record_run(
+        Writer::Store,
+        &[Action::Save, Action::Save],
+        Start::MissingParent,
+    );
+    let (figures, violations) = check(&records);
+    report(
+        "FileSessionStore creating its directory and its parent",
+        &figures,
+        &violations,
+    );
+    assert!(
+        violations.is_empty(),
+        "a directory created by open is not fsynced into its parent, so an acknowledged \
+         save into a store whose parent did not exist can vanish in a power cut. \
+         {} violations, e.g. {}",
+        violations.len(),
+        violations[0].what
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// A real cut on a loop-mounted ext4 image.
+// ---------------------------------------------------------------------------------------
+
+/// How the shutdown ioctl is issued: Rust code here may not use `unsafe`, so a small
+/// external program makes the call.
+#[derive(Debug, Clone, Copy)]
+enum ShutdownTool {
+    XfsIo,
+    Perl,
+    Python,
+}
+
+// EXT4_IOC_SHUTDOWN = _IOR('X', 125, __u32) = 0x8004587D; EXT4_GOING_FLAGS_NOLOGFLUSH = 2:
+// abort the journal without committing it and drop every dirty page.
+const PERL_SHUTDOWN: &str = r#"open(my $fh, "<", $ARGV[0]) or die "open: $!"; my $flags = pack("L", 2); ioctl($fh, 0x8004587D, $flags) or die "ioctl: $!";"#;
+const PYTHON_SHUTDOWN: &str = "import fcntl, os, struct, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.ioctl(fd, 0x8004587D, struct.pack('I', 2))";
+
+impl ShutdownTool {
+    fn find() -> Option<ShutdownTool> {
+        let works = |program: &str, arg: &str| {
+            Command::new(program)
+                .arg(arg)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if works("xfs_io", "-V") {
+            Some(ShutdownTool::XfsIo)
+        } else if works("perl", "-v") {
+            Some(ShutdownTool::Perl)
+        } else if works("python3", "--version") {
+            Some(ShutdownTool::Python)
+        } else {
+            None
+        }
+    }
+
+    /// Cuts the file system mounted at `point`.
+    fn cut(self, point: &Path) -> Result<(), String> {
+        let mut command = match self {
+            ShutdownTool::XfsIo => {
+                let mut c = Command::new("xfs_io");
+                c.args(["-x", "-c", "shutdown"]);
+                c
+            }
+            ShutdownTool::Perl => {
+                let mut c = Command::new("perl");
+                c.args(["-e", PERL_SHUTDOWN]);
+                c
+            }
+            ShutdownTool::Python => {
+                let mut c = Command::new("python3");
+                c.args(["-c", PYTHON_SHUTDOWN]);
+                c
+            }
+        };
+        let out = command
+            .arg(point)
+            .output()
+            .map_err(|e| format!("{self:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{self:?} shutdown failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}
+
+/// The real file system, cut (shut down) just before call `cut_after + 1` after `arm`.
+#[derive(Debug)]
+struct CutFs {
+    inner: OsFileSystem,
+    point: PathBuf,
+    tool: ShutdownTool,
+    state: Mutex<(Option<usize>, usize, bool)>,
+}
+
+impl CutFs {
+    fn arm(&self, cut_after: usize) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = (Some(cut_after), 0, false);
+    }
+
+    /// Counts a call, cutting first if it is the one.
+    fn before_call(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let (Some(cut_after), count, false) = *state {
+            if count == cut_after {
+                self.tool
+                    .cut(&self.point)
+                    .expect("shut down the ext4 image");
+                state.2 = true;
+            }
+            state.1 += 1;
+        }
+    }
+
+    /// Cuts now if no call did; returns how many calls were made before the cut.
+    fn cut_if_not_yet(&self) -> usize {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !state.2 {
+            self.tool
+                .cut(&self.point)
+                .expect("shut down the ext4 image");
+            state.2 = true;
+            state.0 = Some(state.1);
+        }
+        state.0.unwrap_or(0)
+    }
+}
+
+impl FileSystem for CutFs {
+    fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata> {
+        self.before_call();
+        self.inner.symlink_metadata(path)
+    }
+    fn create_dir_private(&self, path: &Path) -> io::Result<()> {
+        self.before_call();
+        self.inner.create_dir_private(path)
+    }
+    fn open_dir(&self, path: &Path) -> io::Result<File> {
+        self.before_call();
+        self.inner.open_dir(path)
+    }
+    fn set_dir_private(&self, dir: &File) -> io::Result<()> {
+        self.before_call();
+        self.inner.set_dir_private(dir)
+    }
+    fn create_temp(&self, dir: &Path, prefix: &str) -> io::Result<(File, PathBuf)> {
+        self.before_call();
+        self.inner.create_temp(dir, prefix)
+    }
+    fn write_all(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
+        self.before_call();
+        self.inner.write_all(file, bytes)
+    }
+    fn sync_file(&self, file: &File) -> io::Result<()> {
+        self.before_call();
+        self.inner.sync_file(file)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.before_call();
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.before_call();
+        self.inner.sync_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.before_call();
+        self.inner.remove_file(path)
+    }
+    fn open_read(&self, path: &Path) -> io::Result<File> {
+        self.before_call();
+        self.inner.open_read(path)
+    }
+    fn open_lock(&self, path: &Path) -> io::Result<File> {
+        self.before_call();
+        self.inner.open_lock(path)
+    }
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        self.before_call();
+        self.inner.read_dir(dir)
+    }
+}
+
+/// ext4 options: `noauto_da_alloc` turns off the heuristic that flushes a file's data when
+/// it is renamed over another (other file systems have no such rescue, so the store must
+/// not rely on it); `commit=60` keeps the periodic journal commit out of the few
+/// milliseconds of a trial, so an unsynced change is reliably lost (it only ever makes
+/// more durable, so it cannot hide a bug in the store).
+const EXT4_OPTIONS: &str = "loop,noauto_da_alloc,commit=60";
+
+/// Copies an image, keeping it sparse (it may live on a small tmpfs).
+fn copy_image(from: &Path, to: &Path) {
+    let copied = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(copied, "copy the ext4 image");
+}
+
+struct Ext4Lab {
+    _scratch: tempfile::TempDir,
+    base: PathBuf,
+    template: PathBuf,
+    tool: ShutdownTool,
+    trials: usize,
+}
+
+impl Ext4Lab {
+    fn new() -> Option<Ext4Lab> {
+        let skip = |why: &str| {
+            eprintln!("SKIPPED the real power cut on ext4: {why}");
+            None
+        };
+        let Some(tool) = ShutdownTool::find() else {
+            return skip("no xfs_io, perl or python3 to issue the EXT4_IOC_SHUTDOWN ioctl");
+        };
+        let (scratch, base) = scratch_dir();
+        let template = base.join("template.img");
+        File::create(&template)
+            .and_then(|f| f.set_len(32 * 1024 * 1024))
+            .expect("image file");
+        match Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-E", "nodiscard"])
+            .arg(&template)
+            .output()
+        {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                return skip(&format!(
+                    "mkfs.ext4 failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+            Err(e) => return skip(&format!("cannot run mkfs.ext4: {e}")),
+        }
+        // Probe: the image mounts, and the shutdown ioctl works on it.
+        let point = base.join("probe");
+        std::fs::create_dir(&point).expect("mount point");
+        let probe = base.join("probe.img");
+        copy_image(&template, &probe);
+        let options = ["-o", EXT4_OPTIONS, probe.to_str().expect("UTF-8 path")];
+        let mounted = Mounted::mount("the real power cut on ext4", &options, &point)?;
+        if let Err(why) = tool.cut(&point) {
+            return skip(&why);
+        }
+        drop(mounted);
+        let _ = std::fs::remove_file(&probe);
+        Some(Ext4Lab {
+            _scratch: scratch,
+            base,
+            template,
+            tool,
+            trials: 0,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Trial {
+    writer: Writer,
+    /// Revisions saved (durably, by the store) before the operation.
+    setup_revisions: u64,
+    action: Action,
+    /// The cut comes after this many calls of the operation (`usize::MAX`: after it
+    /// returned).
+    cut_after: usize,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Writer::Store => f.write_str("Store"),
+            Writer::Replace(_) => f.write_str("Replace"),
+        }
+    }
+}
+
+/// What one real cut showed.
+#[derive(Debug)]
+struct TrialOutcome {
+    calls_before_cut: usize,
+    acknowledged: bool,
+    /// "old", "new", or what else recovery gave.
+    recovered: &'static str,
+    violation: Option<(Kind, String)>,
+}
+
+/// Runs one trial on a fresh copy of the image; `None` if mounting failed (a skip).
+fn ext4_trial(lab: &mut Ext4Lab, trial: &Trial) -> Option<TrialOutcome> {
+    lab.trials += 1;
+    let image = lab.base.join(format!("t{}.img", lab.trials));
+    copy_image(&lab.template, &image);
+    let point = lab.base.join(format!("m{}", lab.trials));
+    std::fs::create_dir(&point).expect("mount point");
+    let options = ["-o", EXT4_OPTIONS, image.to_str().expect("UTF-8 path")];
+    let id = SessionId::parse(ID).expect("valid id");
+    let dir = point.join("store");
+    let target = dir.join(format!("{ID}.json"));
+
+    // The old state, the operation, and the cut.
+    let mounted = Mounted::mount("the real power cut on ext4", &options, &point)?;
+    let setup = FileSessionStore::open(&dir).expect("open on ext4");
+    for n in 0..trial.setup_revisions {
+        setup
+            .save(&snapshot_on(&id, n, "ext4", size_of_revision(n + 1)))
+            .expect("setup save");
+    }
+    drop(setup);
+    let before = std::fs::read(&target).ok();
+    let fs = Arc::new(CutFs {
+        inner: OsFileSystem,
+        point: point.clone(),
+        tool: lab.tool,
+        state: Mutex::new((None, 0, false)),
+    });
+    let store = FileSessionStore::open_with(&dir, DEFAULT_MAX_SNAPSHOT_BYTES, fs.clone())
+        .expect("open on ext4");
+    let root = store.dir().to_path_buf();
+    fs.arm(trial.cut_after);
+    let revision = trial.setup_revisions;
+    let (result, after) = match (trial.action, trial.writer) {
+        (Action::Save, writer) => {
+            let snapshot = snapshot_on(&id, revision, "ext4 new", size_of_revision(revision + 1));
+            let bytes = encoded(&snapshot);
+            let result = match writer {
+                Writer::Store => store.save(&snapshot).map(|_| ()).map_err(|e| e.to_string()),
+                Writer::Replace(replace) => {
+                    replace(&*fs, &root, &target, &format!(".{ID}."), &bytes)
+                        .map_err(|e| format!("{e:?}"))
+                }
+            };
+            (result, Some(bytes))
+        }
+        (Action::Delete, _) => (store.delete(&id).map_err(|e| e.to_string()), None),
+    };
+    let acknowledged = result.is_ok();
+    let calls_before_cut = fs.cut_if_not_yet();
+    drop(store);
+    drop(mounted);
+
+    // Recovery: remount (the kernel replays the journal) and open a store.
+    let mounted = Mounted::mount("the real power cut on ext4", &options, &point)?;
+    let outcome = ext4_recover(&dir, &id);
+    drop(mounted);
+    let _ = std::fs::remove_file(&image);
+    let recovered = match &outcome {
+        Ok(found) if *found == after => "new",
+        Ok(found) if *found == before => "old",
+        Ok(_) => "other",
+        Err(_) => "unreadable",
+    };
+    let violation = match outcome {
+        Err(why) => Some((Kind::Unrecoverable, why)),
+        Ok(found) if found == after => None,
+        Ok(found) if !acknowledged && found == before => None,
+        Ok(found) if acknowledged && found == before => Some((
+            Kind::AcknowledgedLost,
+            "an acknowledged save was lost: the old snapshot came back".into(),
+        )),
+        Ok(_) => Some((Kind::Neither, "neither the old nor the new snapshot".into())),
+    };
+    Some(TrialOutcome {
+        calls_before_cut,
+        acknowledged,
+        recovered,
+        violation,
+    })
+}
+
+/// Opens a store on the remounted image and loads the snapshot: its raw bytes (`None` if
+/// there is none), or why recovery failed.
+fn ext4_recover(dir: &Path, id: &SessionId) -> Result<Option<Vec<u8>>, String> {
+    let store = FileSessionStore::open(dir).map_err(|e| format!("open: {e}"))?;
+    let left = temp_files(dir);
+    if !left.is_empty() {
+        return Err(format!("temporary files left: {left:?}"));
+    }
+    let raw = std::fs::read(store.path_of(id)).ok();
+    match store.load(id) {
+        Ok(_) if raw.is_some() => Ok(raw),
+        Err(e) if e.is_not_found() && raw.is_none() => Ok(None),
+        Ok(_) => Err("loaded a missing snapshot".into()),
+        Err(e) => Err(format!(
+            "load failed: {e} ({} bytes on disk)",
+            raw.map_or(0, |r| r.len())
+        )),
+    }
+}
+
+#[test]
+fn real_power_cut_on_a_loop_mounted_ext4_image() {
+    let Some(mut lab) = Ext4Lab::new() else {
+        return;
+    };
+    let mut trials = Vec::new();
+    // The store: a save replacing revision 1 (6 calls) cut before each call and after it
+    // returned; the long run adds the first save, a third save and a delete.
+    let setups: &[u64] = if long_run() { &[0, 1, 2] } else { &[1] };
+    for &setup_revisions in setups {
+        for cut_after in (0..6).chain([usize::MAX]) {
+            trials.push(Trial {
+                writer: Writer::Store,
+                setup_revisions,
+                action: Action::Save,
+                cut_after,
+            });
+        }
+    }
+    if long_run() {
+        for cut_after in (0..3).chain([usize::MAX]) {
+            trials.push(Trial {
+                writer: Writer::Store,
+                setup_revisions: 1,
+                action: Action::Delete,
+                cut_after,
+            });
+        }
+    }
+    let mut store_cuts = 0;
+    let mut acknowledged = 0;
+    let mut seen = Vec::new();
+    for trial in &trials {
+        let Some(outcome) = ext4_trial(&mut lab, trial) else {
+            return;
+        };
+        store_cuts += 1;
+        acknowledged += usize::from(outcome.acknowledged);
+        seen.push(format!(
+            "{:?} over revision {} cut after {} calls{}: {}",
+            trial.action,
+            trial.setup_revisions,
+            outcome.calls_before_cut,
+            if outcome.acknowledged {
+                " (acknowledged)"
+            } else {
+                ""
+            },
+            outcome.recovered
+        ));
+        assert!(
+            outcome.violation.is_none(),
+            "{trial:?} (cut after {} calls): {:?}",
+            outcome.calls_before_cut,
+            outcome.violation
+        );
+    }
+    // The controls, cut right after they returned Ok, must lose or break the save.
+    let mut caught = Vec::new();
+    for (name, replace, expected) in [
+        (
+            "without the file fsync",
+            replace_without_file_fsync as ReplaceFn,
+            Kind::Unrecoverable,
+        ),
+        (
+            "without the directory fsync",
+            replace_without_dir_fsync as ReplaceFn,
+            Kind::AcknowledgedLost,
+        ),
+    ] {
+        let trial = Trial {
+            writer: Writer::Replace(replace),
+            setup_revisions: 1,
+            action: Action::Save,
+            cut_after: usize::MAX,
+        };
+        let Some(outcome) = ext4_trial(&mut lab, &trial) else {
+            return;
+        };
+        assert!(outcome.acknowledged, "{name}");
+        let Some((kind, why)) = outcome.violation else {
+            panic!("the real cut did not catch the writer {name}");
+        };
+        assert_eq!(kind, expected, "{name}: {why}");
+        caught.push(format!("{name}: {why}"));
+    }
+    eprintln!(
+        "real power cut on ext4 ({EXT4_OPTIONS}, EXT4_IOC_SHUTDOWN NOLOGFLUSH via {:?}): \
+         {store_cuts} cuts of the store ({acknowledged} after an acknowledged call), all \
+         recovered the old or the new snapshot [{}]; both controls caught: {}",
+        lab.tool,
+        seen.join(", "),
+        caught.join("; ")
+    );
+}
