@@ -922,17 +922,26 @@ fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot(
             .collect::<Vec<_>>()
             .join("\n")
     );
-    // Each save (6 calls) and the delete (3 calls) was cut at every step.
+    // Each save and the delete was cut at every step.
     assert!(records.iter().all(|r| r.acknowledged));
     let saves = records
         .iter()
         .filter(|r| r.label.starts_with("save"))
         .count();
     assert!(saves >= 4);
-    assert!(records
-        .iter()
-        .filter(|r| r.label.starts_with("save"))
-        .all(|r| r.steps.len() == 7));
+    // A first save makes 7 calls, a save over a file 8 (see fault_injection's clean
+    // sequences); each is cut before its first call and after every call.
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.label.starts_with("save"))
+            .all(|r| matches!(r.steps.len(), 8 | 9)),
+        "{:?}",
+        records
+            .iter()
+            .map(|r| (&r.label, r.steps.len()))
+            .collect::<Vec<_>>()
+    );
     assert!(figures.recoveries > 0);
 }
 

@@ -868,9 +868,19 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         CreateDirPrivate, CreateTemp, OpenDir, OpenLock, OpenRead, ReadDir, RemoveFile, Rename,
         SetDirPrivate, SymlinkMetadata, SyncDir, SyncFile, WriteAll,
     };
-    let expected = vec![OpenRead, CreateTemp, WriteAll, SyncFile, Rename, SyncDir];
-    assert_eq!(clean_save_calls(Saver::Store, true), expected);
-    assert_eq!(clean_save_calls(Saver::Store, false), expected);
+    // The store checks that its directory is still the one it opened, reads the stored
+    // revision (and, when there is a file, checks its name still points at it), then
+    // replaces the file.
+    let replacing = [CreateTemp, WriteAll, SyncFile, Rename, SyncDir];
+    let over_existing = [
+        [SymlinkMetadata, OpenRead, SymlinkMetadata].as_slice(),
+        &replacing,
+    ]
+    .concat();
+    let first = [[SymlinkMetadata, OpenRead].as_slice(), &replacing].concat();
+    assert_eq!(clean_save_calls(Saver::Store, true), over_existing);
+    assert_eq!(clean_save_calls(Saver::Store, false), first);
+    let expected = [[OpenRead].as_slice(), &replacing].concat();
     // The real replace and the controls make the same calls when nothing fails.
     let replace = Saver::Replace("atomic::replace", atomic::replace);
     assert_eq!(clean_save_calls(replace, true), expected[1..]);
@@ -880,7 +890,10 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     ] {
         assert_eq!(clean_save_calls(control, true), expected[1..]);
     }
-    assert_eq!(clean_delete_calls(), [SymlinkMetadata, RemoveFile, SyncDir]);
+    assert_eq!(
+        clean_delete_calls(),
+        [SymlinkMetadata, SymlinkMetadata, RemoveFile, SyncDir]
+    );
     assert_eq!(
         clean_open_calls(OpenCase::WithLeftover),
         [
@@ -1008,7 +1021,8 @@ fn the_real_replace_passes_and_both_broken_writers_are_caught_by_the_fault_sweep
 
 #[test]
 fn a_failed_directory_fsync_after_the_rename_reports_that_the_new_snapshot_may_not_be_durable() {
-    // The sixth call of a save is the directory fsync, after the rename.
+    // The eighth call of a save over an existing file is the directory fsync, after the
+    // rename.
     let (_scratch, base) = scratch_dir();
     let fs = Arc::new(FaultyFileSystem::default());
     let store =
@@ -1018,11 +1032,11 @@ fn a_failed_directory_fsync_after_the_rename_reports_that_the_new_snapshot_may_n
     let first = snapshot_on(&id, 0, "old", 100);
     store.save(&first).expect("save");
     let second = snapshot_on(&id, 1, "new", 100);
-    fs.arm(6, Fault::Eio, Persistence::Once);
+    fs.arm(8, Fault::Eio, Persistence::Once);
     let err = store.save(&second).expect_err("the directory fsync fails");
     let calls = fs.disarm();
-    assert_eq!(calls[5].op, Op::SyncDir);
-    assert!(calls[5].injected);
+    assert_eq!(calls[7].op, Op::SyncDir);
+    assert!(calls[7].injected);
     check_not_durable(&err, store.dir(), libc::EIO, 2).expect("Error::NotDurable");
     // The new snapshot is in place (the rename is done) ...
     assert_eq!(
@@ -1064,14 +1078,14 @@ fn a_failed_fsync_is_never_retried_on_the_same_file() {
         )
         .expect("open");
         let id = SessionId::parse(ID).expect("valid id");
-        // Call 4 of a save is the file fsync.
-        fs.arm(4, Fault::Eio, persistence);
+        // Call 5 of a first save is the file fsync.
+        fs.arm(5, Fault::Eio, persistence);
         let err = store
             .save(&snapshot_on(&id, 0, "new", 100))
             .expect_err("fsync fails");
         let mut calls = fs.disarm();
-        assert_eq!(calls[3].op, Op::SyncFile);
-        let failed_inode = calls[3].inode.expect("inode");
+        assert_eq!(calls[4].op, Op::SyncFile);
+        let failed_inode = calls[4].inode.expect("inode");
         assert!(err.to_string().contains("could not sync"), "{err}");
         // Nothing syncs the failed file again: not this save, not the next one.
         store

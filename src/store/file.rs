@@ -54,7 +54,15 @@ const TEMP_SUFFIX: &str = ".tmp";
 ///   directory, and the resolved path must name that same directory.
 /// - Paths are built only from validated [`SessionId`]s, so they cannot leave the
 ///   directory. Symbolic links (for the directory, a snapshot or the lock file) are never
-///   followed, and a snapshot with more than one hard link is refused.
+///   followed; a snapshot with more than one hard link, or owned by another user than the
+///   directory, is refused; after reading, the name must still point at the file read.
+///   (A process of the store's own user that races links into the directory can still,
+///   rarely, get a file of that same user read; it could write a snapshot anyway.)
+/// - Every operation first checks that the directory's path still names the directory
+///   checked at open. Operations are path-based (std has no `openat`), so a process that
+///   can rename entries in the store's *parent* directory could still swap the store
+///   between that check and the operation; keep the store under a directory only you can
+///   write.
 /// - A file whose embedded id differs from its name (a renamed or copied snapshot) is
 ///   refused, and so is a file over the size limit ([`DEFAULT_MAX_SNAPSHOT_BYTES`]).
 ///
@@ -73,6 +81,11 @@ const TEMP_SUFFIX: &str = ".tmp";
 #[derive(Debug)]
 pub struct FileSessionStore {
     root: PathBuf,
+    /// Device and inode of the directory checked at open: every operation makes sure the
+    /// path still names it.
+    root_identity: (u64, u64),
+    /// The store directory's owner: every snapshot must belong to the same user.
+    owner_uid: u32,
     max_snapshot_bytes: u64,
     fs: Arc<dyn FileSystem>,
     /// The lock file, opened once. `flock` locks belong to an open file description, so the
@@ -231,6 +244,8 @@ impl FileSessionStore {
         })?;
         let store = FileSessionStore {
             root,
+            root_identity: (meta.dev(), meta.ino()),
+            owner_uid: meta.uid(),
             max_snapshot_bytes,
             fs,
             lock_file: Mutex::new(lock_file),
@@ -277,10 +292,74 @@ impl FileSessionStore {
             .map_err(|e| Error::io("read the store directory", &self.root, e))
     }
 
+    /// Makes sure the store's path still names the directory checked at open, so a
+    /// directory swapped for a link (or another directory) afterwards is refused rather
+    /// than written through. Operations are path-based, so this narrows the window to the
+    /// time between this check and the operation; see the type docs.
+    fn check_root(&self) -> Result<()> {
+        let meta = self
+            .fs
+            .symlink_metadata(&self.root)
+            .map_err(|e| Error::io("inspect the store directory", &self.root, e))?;
+        if meta.file_type().is_symlink()
+            || !meta.is_dir()
+            || (meta.dev(), meta.ino()) != self.root_identity
+        {
+            return Err(Error::Insecure {
+                path: self.root.clone(),
+                reason: "the store directory was replaced (by a link or another directory) after the store was opened; reopen it",
+            });
+        }
+        Ok(())
+    }
+
     /// Reads the file of `id` after checking it is a plain, singly linked regular file
-    /// within the size limit; `Ok(None)` if there is none.
+    /// within the size limit, and that the path still names that file once it has been
+    /// read; `Ok(None)` if there is none.
+    ///
+    /// The last check closes a race: a hard link to an outside file, planted as `<id>.json`
+    /// and removed again between our open and our `fstat`, would otherwise pass the
+    /// link-count check. A file replaced by a concurrent save while it is read is simply
+    /// read again.
     fn read_bytes(&self, id: &SessionId) -> Result<Option<(PathBuf, Vec<u8>)>> {
+        const ATTEMPTS: usize = 3;
         let path = self.path_of(id);
+        for _ in 0..ATTEMPTS {
+            let Some((bytes, file)) = self.read_file(&path)? else {
+                return Ok(None);
+            };
+            let opened = file
+                .metadata()
+                .map_err(|e| Error::io("inspect", &path, e))?;
+            match self.fs.symlink_metadata(&path) {
+                // The link count is read again through the open file: a path lookup can
+                // see a link count that an unlink racing with it has already lowered.
+                Ok(now)
+                    if (now.dev(), now.ino()) == (opened.dev(), opened.ino())
+                        && now.is_file()
+                        && now.nlink() == 1
+                        && file
+                            .metadata()
+                            .map_err(|e| Error::io("inspect", &path, e))?
+                            .nlink()
+                            == 1 =>
+                {
+                    return Ok(Some((path, bytes)));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("inspect", &path, e)),
+            }
+        }
+        Err(Error::Insecure {
+            path,
+            reason: "the snapshot's name kept pointing at another file while it was read; if another program writes the store, retry, otherwise look for planted links",
+        })
+    }
+
+    /// One read of `path`: its bytes and the open file they came from.
+    fn read_file(&self, path: &Path) -> Result<Option<(Vec<u8>, File)>> {
+        let path = path.to_path_buf();
         let mut file = match self.fs.open_read(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -307,6 +386,14 @@ impl FileSessionStore {
                 reason: "the snapshot has more than one hard link, so another name could alias it; remove the other links",
             });
         }
+        // Checked on the open file, so no race can swap it: a file of another user (a hard
+        // link to it, planted as a snapshot) is never read on that user's behalf.
+        if meta.uid() != self.owner_uid {
+            return Err(Error::Insecure {
+                path,
+                reason: "the snapshot belongs to another user than the store directory, so this store did not write it",
+            });
+        }
         let too_large = |size_bytes| Error::TooLarge {
             path: path.clone(),
             size_bytes,
@@ -325,7 +412,7 @@ impl FileSessionStore {
         if read > self.max_snapshot_bytes {
             return Err(too_large(read));
         }
-        Ok(Some((path, bytes)))
+        Ok(Some((bytes, file)))
     }
 
     /// Reads and verifies the snapshot of `id`; `Ok(None)` if there is none.
@@ -399,6 +486,7 @@ impl SessionStore for FileSessionStore {
             });
         }
         let _lock = self.write_lock()?;
+        self.check_root()?;
         let stored = self.stored_revision(id)?;
         check_revision(id, snapshot.revision(), stored)?;
         match atomic::replace(&*self.fs, &self.root, &path, &format!(".{id}."), &bytes) {
@@ -426,6 +514,7 @@ impl SessionStore for FileSessionStore {
     /// Opens with `O_NOFOLLOW`, refuses non-regular files and hard-linked files, and reads
     /// at most the size limit.
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        self.check_root()?;
         self.read(id)?
             .ok_or_else(|| Error::NotFound { id: id.clone() })
     }
@@ -434,6 +523,7 @@ impl SessionStore for FileSessionStore {
     /// ([`Error::ForeignFile`]) and files that fail verification are reported in
     /// [`SessionList::unreadable`]; other names (temporary files, the lock) are ignored.
     fn list(&self) -> Result<SessionList> {
+        self.check_root()?;
         let mut sessions = Vec::new();
         let mut unreadable = Vec::new();
         for name in self.names()? {
@@ -460,10 +550,10 @@ impl SessionStore for FileSessionStore {
                 });
                 continue;
             };
-            match self.load(&id) {
-                Ok(snapshot) => sessions.push(SessionSummary::of(&snapshot)),
+            match self.read(&id) {
+                Ok(Some(snapshot)) => sessions.push(SessionSummary::of(&snapshot)),
                 // Deleted between readdir and open: not an error, just gone.
-                Err(e) if e.is_not_found() => {}
+                Ok(None) => {}
                 Err(e) => unreadable.push(e),
             }
         }
@@ -478,6 +568,7 @@ impl SessionStore for FileSessionStore {
     /// [`Error::NotFound`] if there is no such file; [`Error::Io`] otherwise.
     fn delete(&self, id: &SessionId) -> Result<()> {
         let _lock = self.write_lock()?;
+        self.check_root()?;
         let path = self.path_of(id);
         match self.fs.symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {
