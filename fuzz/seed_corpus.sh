@@ -1,0 +1,61 @@
+#!/bin/sh
+# Writes small seed corpora into fuzz/corpus/<target>/ (git-ignored) from the golden
+# fixtures in tests/fixtures/v1/ and, when present, the recorded provider messages in
+# ../shared/fidelity/ (which are not part of this repository and are never committed).
+# Needs jq. Run from anywhere; safe to run again.
+set -eu
+fuzz_dir=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$fuzz_dir")
+corpus="$fuzz_dir/corpus"
+mkdir -p "$corpus/decode_snapshot" "$corpus/parse_id" "$corpus/provider_messages"
+
+# decode_snapshot: every golden snapshot, compact (short inputs mutate faster).
+for fixture in "$repo"/tests/fixtures/v1/*.json; do
+    name=$(basename "$fixture" .json)
+    jq -c . "$fixture" | tr -d '\n' > "$corpus/decode_snapshot/$name"
+done
+
+# parse_id: the golden ids and a few near-misses.
+for fixture in "$repo"/tests/fixtures/v1/*.json; do
+    name=$(basename "$fixture" .json)
+    jq -j .id "$fixture" > "$corpus/parse_id/golden-$name"
+done
+i=0
+for id in a 0 session-1 a_b-c 019a2b3c-4d5e-7f00-8a9b-0c1d2e3f4a5b ../x Caps con lpt1 con1 \
+          -lead _lead .hidden a.json 'a b' '%2e%2e%2f'; do
+    i=$((i + 1))
+    printf '%s' "$id" > "$corpus/parse_id/sample-$i"
+done
+printf '%0128d' 0 > "$corpus/parse_id/longest"
+printf '%0129d' 0 > "$corpus/parse_id/too-long"
+printf 'caf\303\251' > "$corpus/parse_id/accent"
+printf 'a\342\210\225b' > "$corpus/parse_id/division-slash"
+
+# provider_messages: a few hand-written messages of each provider...
+printf '%s' '{"role":"user","content":"hi","name":"ada"}' > "$corpus/provider_messages/openai-user"
+printf '%s' '{"role":"developer","content":[{"type":"text","text":"Be brief."}]}' > "$corpus/provider_messages/openai-developer"
+printf '%s' '{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]}' > "$corpus/provider_messages/openai-tool-call"
+printf '%s' '{"role":"tool","tool_call_id":"c1","content":"42"}' > "$corpus/provider_messages/openai-tool-result"
+printf '%s' '{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"EqQB"},{"type":"text","text":"Sure","citations":null},{"type":"tool_use","id":"t1","name":"get","input":{"n":1.0},"caller":{"type":"direct"}}]}' > "$corpus/provider_messages/anthropic-tool-use"
+printf '%s' '{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"x"}],"is_error":false},{"type":"tool_result","tool_use_id":"t2"}]}' > "$corpus/provider_messages/anthropic-tool-result"
+
+# ...and every recorded message, one per file, plus each recording's whole list.
+fidelity="$repo/../shared/fidelity"
+if [ -d "$fidelity" ]; then
+    for recording in "$fidelity"/*.json; do
+        name=$(basename "$recording" .json)
+        jq -c '.messages' "$recording" > "$corpus/provider_messages/$name-all"
+        count=$(jq '.messages | length' "$recording")
+        n=0
+        while [ "$n" -lt "$count" ]; do
+            jq -c ".messages[$n]" "$recording" | tr -d '\n' > "$corpus/provider_messages/$name-$n"
+            n=$((n + 1))
+        done
+    done
+else
+    echo "note: $fidelity is absent; provider seeds are the hand-written ones only" >&2
+fi
+
+for target in decode_snapshot parse_id provider_messages; do
+    echo "$target: $(ls "$corpus/$target" | wc -l) seeds, $(cat "$corpus/$target"/* | wc -c) bytes"
+done
