@@ -213,12 +213,7 @@ mod tests {
     use serde_json::json;
 
     fn round_trip(wire: &Value) -> Message {
-        let message = decode(wire).unwrap();
-        assert_eq!(&encode(&message).unwrap(), wire, "direct");
-        let stored: Message =
-            serde_json::from_str(&serde_json::to_string(&message).unwrap()).unwrap();
-        assert_eq!(&encode(&stored).unwrap(), wire, "through the native form");
-        message
+        super::super::tests::assert_round_trip(decode, encode, wire)
     }
 
     #[test]

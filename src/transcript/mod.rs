@@ -695,9 +695,24 @@ fn as_object(value: &Value, provider: &'static str, what: &str) -> Result<Map<St
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Checks that `decode` then `encode` gives `wire` back, directly and after a trip
+    /// through the native (stored) form; returns the decoded message.
+    pub(crate) fn assert_round_trip(
+        decode: fn(&Value) -> Result<Message>,
+        encode: fn(&Message) -> Result<Value>,
+        wire: &Value,
+    ) -> Message {
+        let message = decode(wire).unwrap();
+        assert_eq!(&encode(&message).unwrap(), wire, "direct");
+        let stored: Message =
+            serde_json::from_str(&serde_json::to_string(&message).unwrap()).unwrap();
+        assert_eq!(&encode(&stored).unwrap(), wire, "through the native form");
+        message
+    }
 
     #[test]
     fn native_form_round_trips() {
