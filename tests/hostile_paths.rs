@@ -712,7 +712,7 @@ fn racing_planter_of_links_gets_zero_writes_and_zero_reads_through() {
 /// A hard link to another user's file outside the store, planted as `raced.json` and
 /// removed again, over and over, while the main thread loads. A load that opens the link
 /// and checks the link count after the planter removed it sees one link; only a check on
-/// the open file itself (its owner must be the store directory's) refuses it without a
+/// the open file itself (its owner must be the user running the store) refuses it without a
 /// race. Every load must be refused or not found: never the victim. (The path checks alone
 /// let 775 to 1,497 of ~300,000 loads through in the first runs of this test; a same-user
 /// victim can still slip through a kernel race between a path lookup and its link count,

@@ -55,7 +55,7 @@ const TEMP_SUFFIX: &str = ".tmp";
 /// - Paths are built only from validated [`SessionId`]s, so they cannot leave the
 ///   directory. Symbolic links (for the directory, a snapshot or the lock file) are never
 ///   followed; a snapshot with more than one hard link, or owned by another user than the
-///   directory, is refused; after reading, the name must still point at the file read.
+///   one running the store, is refused; after reading, the name must still point at the file read.
 ///   (A process of the store's own user that races links into the directory can still,
 ///   rarely, get a file of that same user read; it could write a snapshot anyway.)
 /// - Every operation first checks that the directory's path still names the directory
@@ -84,7 +84,8 @@ pub struct FileSessionStore {
     /// Device and inode of the directory checked at open: every operation makes sure the
     /// path still names it.
     root_identity: (u64, u64),
-    /// The store directory's owner: every snapshot must belong to the same user.
+    /// The user running the store (effective uid): every snapshot must belong to it, as
+    /// every file this store writes does.
     owner_uid: u32,
     max_snapshot_bytes: u64,
     fs: Arc<dyn FileSystem>,
@@ -245,7 +246,7 @@ impl FileSessionStore {
         let store = FileSessionStore {
             root,
             root_identity: (meta.dev(), meta.ino()),
-            owner_uid: meta.uid(),
+            owner_uid: rustix::process::geteuid().as_raw(),
             max_snapshot_bytes,
             fs,
             lock_file: Mutex::new(lock_file),
@@ -391,7 +392,7 @@ impl FileSessionStore {
         if meta.uid() != self.owner_uid {
             return Err(Error::Insecure {
                 path,
-                reason: "the snapshot belongs to another user than the store directory, so this store did not write it",
+                reason: "the snapshot belongs to another user than the one running this store, so this store did not write it",
             });
         }
         let too_large = |size_bytes| Error::TooLarge {
