@@ -1,43 +1,175 @@
-//! Save, load and list with `FileSessionStore`, each beside its physical baseline measured
-//! in the same run on the same bytes.
+//! `FileSessionStore` benchmarks (issue 5): full save, load, one more turn and list, each
+//! beside its physical baseline measured in the same run on the same bytes.
 //!
-//! Run: `cargo bench --bench store` (add `-- save` etc. to filter). Set
-//! `AGENT_SESSION_BENCH_TRANSCRIPT` to a `make_transcript.py` file to measure those bytes.
+//! # Commands
 //!
-//! Baselines:
-//! - save: the same bytes written with temp file + write + fsync + rename + directory fsync;
-//! - load: read the same file + `serde_json` parse into `serde_json::Value`;
-//! - list: `readdir` + `stat` of every file.
+//! ```text
+//! cargo bench --bench store                   # the whole matrix (about 3 minutes on 2 cores)
+//! python3 benches/support/ratios.py           # that run's medians and ratios, as Markdown
+//!
+//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn or list
+//! AGENT_SESSION_BENCH_TRANSCRIPT=t.json cargo bench --bench store  # a make_transcript.py file
+//! AGENT_SESSION_BENCH_TURN=turn.json cargo bench --bench store     # ... --append-turn output
+//! AGENT_SESSION_BENCH_LIST=1000x10,100x10000 cargo bench --bench store -- list
+//! ```
+//!
+//! `ratios.py` reads `target/criterion/` (or the directory given as its argument), so run it
+//! after the benchmark, and read its "measured between" line: a group run later on its own
+//! replaces only that group's results.
+//!
+//! # The workload
+//!
+//! `support/workload.rs` is a port of `shared/bench/make_transcript.py` that prints the same
+//! messages for the same N (about 1 KB each: `make_transcript.py 1000` prints 979,349
+//! bytes). Each transcript is converted with `Message::from_openai_chat` into a
+//! snapshot with one usage entry per assistant message (one completion each). With
+//! `AGENT_SESSION_BENCH_TRANSCRIPT` set, save, load and one-more-turn measure that file's
+//! transcript only (N = its message count); list always uses the generated workload.
+//!
+//! # What is measured (group / function / parameter)
+//!
+//! - `save/file_store/N`: `FileSessionStore::save` of a snapshot of N messages over its
+//!   previous revision (so it includes the compare-and-swap read of the stored file).
+//!   `save/baseline_atomic_write/N`: the same number of bytes written to a temp file,
+//!   `fsync`, `rename` over the target, `fsync` of the directory.
+//! - `load/file_store/N`: `FileSessionStore::load` (read, decode, validate).
+//!   `load/baseline_read_typed/N`: `std::fs::read` of the same file + `serde_json` parse into
+//!   a plain typed mirror of the format (`support/mirror.rs`: serde derives, no checks).
+//!   `load/baseline_read_value/N`: the same read + parse into `serde_json::Value`.
+//! - `append_turn/file_store/N`: save of the session of N messages plus one turn (user
+//!   message, assistant tool call, tool result: `make_transcript.py 0 --append-turn`) over
+//!   the stored N-message revision. Before each iteration, untimed, the stored session is
+//!   put back to N messages with an ordinary save, so every measured save adds one turn to
+//!   N messages. `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages
+//!   as the snapshot encodes them) appended to an open file + `fdatasync`; it does not
+//!   depend on N, so it is measured once.
+//! - `list/file_store/SxM`: `FileSessionStore::list` of S stored sessions of M messages.
+//!   `list/baseline_readdir_stat/SxM`: `readdir` + `stat` of every entry of the directory.
+//!   Default: 1000x10, 1000x1000 and 100x10000 (1,000 sessions of 10,000 messages would be
+//!   about 11 GB of snapshots, more than these machines' disk and time budget).
+//!
+//! N = 10, 100, 1,000 and 10,000. Every file is in the page cache when it is read; writes
+//! go to the file system under the system temporary directory (`TMPDIR`), which should be
+//! the disk being measured, not a tmpfs.
+//!
+//! # Timing
+//!
+//! The machines are shared, noisy 2-core VMs: 10 samples, short windows, flat sampling (a
+//! few iterations a sample) for work of tens of milliseconds or more; criterion's "Unable to
+//! complete 10 samples in 1.0s" warnings for those are expected. `ratios.py` reports
+//! medians (criterion's own summary line shows the mean or slope). Compare ratios within
+//! one run, never absolute times across runs.
 
 #![allow(missing_docs)] // criterion's macros generate undocumented items.
 
+#[path = "support/mirror.rs"]
+mod mirror;
 #[path = "support/workload.rs"]
 mod workload;
 
+use std::cell::{Cell, OnceCell};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-use agent_session::{FileSessionStore, Message, SessionId, SessionSnapshot, SessionStore, Usage};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use agent_session::{
+    FileSessionStore, Message, Revision, Role, SessionId, SessionSnapshot, SessionStore, Usage,
+};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use serde_json::Value;
 
-const SIZES: [usize; 3] = [10, 100, 1_000];
+/// Message counts of the save, load and one-more-turn benchmarks.
+const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
 
-fn snapshot_of(n: usize, id: &str) -> SessionSnapshot {
-    let wire = workload::from_env().unwrap_or_else(|| workload::transcript(n));
-    let transcript = wire
+/// `(sessions, messages per session)` of the list benchmark.
+const LIST_DEFAULT: [(usize, usize); 3] = [(1_000, 10), (1_000, 1_000), (100, 10_000)];
+
+const MODEL: &str = "bench-model";
+
+/// Work at least this large (messages, or messages listed) is sampled flat.
+const HEAVY_MESSAGES: usize = 10_000;
+
+fn file_transcript() -> Option<&'static [Value]> {
+    static FILE: OnceLock<Option<Vec<Value>>> = OnceLock::new();
+    FILE.get_or_init(workload::from_env).as_deref()
+}
+
+/// The message counts to measure: [`SIZES`], or the one of the transcript file.
+fn sizes() -> Vec<usize> {
+    file_transcript().map_or_else(|| SIZES.to_vec(), |file| vec![file.len()])
+}
+
+/// The OpenAI-form transcript of `n` messages: the file's, or the generated workload.
+fn wire_transcript(n: usize) -> Vec<Value> {
+    match file_transcript() {
+        Some(file) if file.len() == n => file.to_vec(),
+        _ => workload::transcript(n),
+    }
+}
+
+fn wire_turn() -> Vec<Value> {
+    workload::turn_from_env().unwrap_or_else(workload::append_turn)
+}
+
+fn list_configs() -> Vec<(usize, usize)> {
+    let Some(spec) = std::env::var_os("AGENT_SESSION_BENCH_LIST") else {
+        return LIST_DEFAULT.to_vec();
+    };
+    let spec = spec.to_string_lossy();
+    spec.split(',')
+        .map(|item| {
+            let parsed = item
+                .trim()
+                .split_once('x')
+                .and_then(|(s, m)| Some((s.trim().parse().ok()?, m.trim().parse().ok()?)));
+            parsed.unwrap_or_else(|| {
+                panic!("AGENT_SESSION_BENCH_LIST: {item:?} is not SESSIONSxMESSAGES")
+            })
+        })
+        .collect()
+}
+
+fn to_messages(wire: &[Value]) -> Vec<Message> {
+    wire.iter()
+        .map(|m| Message::from_openai_chat(m).expect("workload messages are valid OpenAI chat"))
+        .collect()
+}
+
+/// One usage entry per assistant message: each is one completion.
+fn usage_of(transcript: &[Message]) -> Vec<Usage> {
+    transcript
         .iter()
-        .map(|m| Message::from_openai_chat(m).expect("workload messages are valid"))
-        .collect();
-    SessionSnapshot::builder(SessionId::parse(id).expect("valid id"), "bench-model")
+        .filter(|m| m.role == Role::Assistant)
+        .map(|_| Usage::new(MODEL).with_tokens(12_000, 300))
+        .collect()
+}
+
+fn snapshot(id: &str, transcript: Vec<Message>) -> SessionSnapshot {
+    let usage = usage_of(&transcript);
+    SessionSnapshot::builder(SessionId::parse(id).expect("valid id"), MODEL)
         .transcript(transcript)
-        .usage(vec![
-            Usage::new("bench-model").with_tokens(1_000, 200);
-            n / 4
-        ])
+        .usage(usage)
         .build()
         .expect("workload transcripts pair every tool call")
+}
+
+/// Flat sampling and a short window for heavy work, so 10 samples cost about 10
+/// iterations instead of the 55 of linear sampling.
+fn pace(group: &mut BenchmarkGroup<'_, WallTime>, heavy: bool) {
+    if heavy {
+        group
+            .sampling_mode(SamplingMode::Flat)
+            .measurement_time(Duration::from_secs(1));
+    } else {
+        group
+            .sampling_mode(SamplingMode::Auto)
+            .measurement_time(Duration::from_secs(3));
+    }
 }
 
 /// The physical floor of an atomic, durable replace.
@@ -61,22 +193,21 @@ fn raw_atomic_write(dir: &Path, bytes: &[u8]) {
 
 fn save(c: &mut Criterion) {
     let mut group = c.benchmark_group("save");
-    for n in SIZES {
+    for n in sizes() {
+        pace(&mut group, n >= HEAVY_MESSAGES);
         let dir = tempfile::tempdir().expect("tempdir");
         let store = FileSessionStore::open(dir.path().join("store")).expect("open store");
-        let mut snapshot = Some(snapshot_of(n, "bench"));
-        let bytes = snapshot
-            .as_ref()
-            .map(|s| s.to_json().expect("encode"))
-            .unwrap_or_default();
+        let first = snapshot("bench", to_messages(&wire_transcript(n)));
+        let bytes = first
+            .to_json_with_revision(Revision::from_u64(1))
+            .expect("encode");
         group.throughput(Throughput::Bytes(bytes.len() as u64));
+        let mut current = Some(first);
         group.bench_with_input(BenchmarkId::new("file_store", n), &n, |b, _| {
             b.iter(|| {
-                let current = snapshot
-                    .take()
-                    .expect("snapshot is put back every iteration");
-                let revision = store.save(&current).expect("save");
-                snapshot = Some(current.with_revision(revision));
+                let snapshot = current.take().expect("put back every iteration");
+                let revision = store.save(&snapshot).expect("save");
+                current = Some(snapshot.with_revision(revision));
             });
         });
         let raw_dir = dir.path().join("raw");
@@ -90,57 +221,131 @@ fn save(c: &mut Criterion) {
 
 fn load(c: &mut Criterion) {
     let mut group = c.benchmark_group("load");
-    for n in SIZES {
+    for n in sizes() {
+        pace(&mut group, n >= HEAVY_MESSAGES);
         let dir = tempfile::tempdir().expect("tempdir");
         let store = FileSessionStore::open(dir.path()).expect("open store");
-        let snapshot = snapshot_of(n, "bench");
+        let snapshot = snapshot("bench", to_messages(&wire_transcript(n)));
         store.save(&snapshot).expect("save");
         let path = store.path_of(snapshot.id());
-        let size = std::fs::metadata(&path).expect("stat").len();
-        group.throughput(Throughput::Bytes(size));
+        let bytes = std::fs::read(&path).expect("read");
+        // The baseline must do the whole work: the mirror reads every message.
+        let typed: mirror::Snapshot = serde_json::from_slice(&bytes).expect("typed parse");
+        assert_eq!(typed.transcript.len(), n);
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
         group.bench_with_input(BenchmarkId::new("file_store", n), &n, |b, _| {
             b.iter(|| store.load(snapshot.id()).expect("load"));
         });
-        group.bench_with_input(
-            BenchmarkId::new("baseline_read_parse_value", n),
-            &n,
-            |b, _| {
-                b.iter(|| {
-                    let bytes = std::fs::read(&path).expect("read");
-                    serde_json::from_slice::<serde_json::Value>(&bytes).expect("parse")
-                });
-            },
-        );
+        group.bench_with_input(BenchmarkId::new("baseline_read_typed", n), &n, |b, _| {
+            b.iter(|| {
+                let bytes = std::fs::read(&path).expect("read");
+                serde_json::from_slice::<mirror::Snapshot>(&bytes).expect("parse")
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("baseline_read_value", n), &n, |b, _| {
+            b.iter(|| {
+                let bytes = std::fs::read(&path).expect("read");
+                serde_json::from_slice::<Value>(&bytes).expect("parse")
+            });
+        });
     }
     group.finish();
 }
 
+fn append_turn(c: &mut Criterion) {
+    let turn = to_messages(&wire_turn());
+    let turn_bytes = serde_json::to_vec(&turn).expect("encode the turn");
+    let mut group = c.benchmark_group("append_turn");
+    group.throughput(Throughput::Bytes(turn_bytes.len() as u64));
+
+    pace(&mut group, false);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut journal = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("journal"))
+        .expect("open journal");
+    group.bench_function("baseline_append_fdatasync", |b| {
+        b.iter(|| {
+            journal.write_all(&turn_bytes).expect("append");
+            journal.sync_data().expect("fdatasync");
+        });
+    });
+
+    for n in sizes() {
+        pace(&mut group, n >= HEAVY_MESSAGES);
+        let store = FileSessionStore::open(dir.path().join(format!("store{n}"))).expect("open");
+        let base = snapshot("bench", to_messages(&wire_transcript(n)));
+        let mut longer = base.transcript().to_vec();
+        longer.extend(turn.iter().cloned());
+        let extended = SessionSnapshot::builder(base.id().clone(), MODEL)
+            .timestamps(
+                base.created_at(),
+                base.updated_at() + chrono::TimeDelta::seconds(1),
+            )
+            .usage(usage_of(&longer))
+            .transcript(longer)
+            .build()
+            .expect("the turn pairs its tool call");
+        let stored = Cell::new(Revision::NEW);
+        group.bench_function(BenchmarkId::new("file_store", n), |b| {
+            b.iter_batched_ref(
+                || {
+                    // Untimed: put the stored session back to N messages.
+                    let reset = base.clone().with_revision(stored.get());
+                    stored.set(store.save(&reset).expect("save N messages"));
+                    extended.clone().with_revision(stored.get())
+                },
+                |next| stored.set(store.save(next).expect("save one more turn")),
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
+/// A store of `sessions` sessions of `messages` messages each, built through the store.
+fn build_list_store(dir: &Path, sessions: usize, messages: usize) -> FileSessionStore {
+    let started = Instant::now();
+    let store = FileSessionStore::open(dir).expect("open store");
+    let template = to_messages(&workload::transcript(messages));
+    for i in 0..sessions {
+        store
+            .save(&snapshot(&format!("s{i:05}"), template.clone()))
+            .expect("save");
+    }
+    let on_disk: u64 = std::fs::read_dir(dir)
+        .expect("readdir")
+        .map(|e| e.expect("entry").metadata().expect("stat").len())
+        .sum();
+    eprintln!(
+        "list {sessions}x{messages}: built {sessions} sessions of {messages} messages, \
+         {on_disk} bytes on disk, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    store
+}
+
 fn list(c: &mut Criterion) {
     let mut group = c.benchmark_group("list");
-    let sessions = 1_000;
-    for n in [10] {
+    for (sessions, messages) in list_configs() {
+        pace(&mut group, sessions * messages >= 100 * HEAVY_MESSAGES);
+        let label = format!("{sessions}x{messages}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = FileSessionStore::open(dir.path()).expect("open store");
-        let template = snapshot_of(n, "template");
-        for i in 0..sessions {
-            let id = SessionId::parse(&format!("s{i:05}")).expect("valid id");
-            let snapshot = SessionSnapshot::builder(id, "bench-model")
-                .transcript(template.transcript().to_vec())
-                .build()
-                .expect("valid");
-            store.save(&snapshot).expect("save");
-        }
-        group.bench_with_input(
-            BenchmarkId::new("file_store_1000_sessions", n),
-            &n,
-            |b, _| {
-                b.iter(|| {
-                    let listing = store.list().expect("list");
-                    assert_eq!(listing.sessions.len(), sessions);
-                });
-            },
-        );
-        group.bench_with_input(BenchmarkId::new("baseline_readdir_stat", n), &n, |b, _| {
+        // Built on first use, so a run filtered to other groups does not pay for it.
+        let built = OnceCell::new();
+        let store = || built.get_or_init(|| build_list_store(dir.path(), sessions, messages));
+        group.throughput(Throughput::Elements(sessions as u64));
+        group.bench_function(BenchmarkId::new("file_store", &label), |b| {
+            let store = store();
+            b.iter(|| {
+                let listing = store.list().expect("list");
+                assert_eq!(listing.sessions.len(), sessions);
+                listing
+            });
+        });
+        group.bench_function(BenchmarkId::new("baseline_readdir_stat", &label), |b| {
+            store();
             b.iter(|| {
                 std::fs::read_dir(dir.path())
                     .expect("readdir")
@@ -164,6 +369,23 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = save, load, list
+    targets = save, load, append_turn, list
 }
-criterion_main!(benches);
+
+fn main() {
+    let transcript = match std::env::var_os("AGENT_SESSION_BENCH_TRANSCRIPT") {
+        Some(path) => format!("the transcript of {}", path.display()),
+        None => "make_transcript.py's workload, generated in Rust".to_owned(),
+    };
+    let turn = match std::env::var_os("AGENT_SESSION_BENCH_TURN") {
+        Some(path) => format!("the turn of {}", path.display()),
+        None => "make_transcript.py --append-turn, generated in Rust".to_owned(),
+    };
+    eprintln!(
+        "workload: {transcript}, N = {:?}; turn: {turn}; list (sessions x messages): {:?}",
+        sizes(),
+        list_configs()
+    );
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

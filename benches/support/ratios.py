@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Print the medians and ratios of the last `cargo bench --bench store` run as Markdown.
+
+Usage:  python3 benches/support/ratios.py [CRITERION_DIR]
+
+CRITERION_DIR defaults to $CRITERION_HOME, else $CARGO_TARGET_DIR/criterion, else
+target/criterion. Each figure is criterion's median (`new/estimates.json`); each ratio is
+agent-session's median over its baseline's median from the same run. The "measured
+between" line gives the oldest and newest result used: a group re-run on its own later
+replaces only that group's results, so a wide span means the table mixes runs.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+# Limits of issue 5 ("Targets"), checked against the current run.
+SAVE_LIMIT = 1.5  # full save of 1,000 messages / temp + fsync + rename + dir fsync
+LOAD_LIMIT = 1.2  # load of 10,000 messages / read + typed parse
+TURN_GROWTH_LIMIT = 1.2  # one more turn onto 10,000 / onto 10 messages
+TURN_APPEND_LIMIT = 2.0  # one more turn onto 10,000 / append + fdatasync
+LIST_LIMIT = 3.0  # list / readdir + stat
+
+
+def criterion_dir() -> Path:
+    if len(sys.argv) > 1:
+        return Path(sys.argv[1])
+    if os.environ.get("CRITERION_HOME"):
+        return Path(os.environ["CRITERION_HOME"])
+    if os.environ.get("CARGO_TARGET_DIR"):
+        return Path(os.environ["CARGO_TARGET_DIR"]) / "criterion"
+    return Path("target/criterion")
+
+
+class Result:
+    def __init__(self, new: Path):
+        meta = json.loads((new / "benchmark.json").read_text())
+        estimates = json.loads((new / "estimates.json").read_text())
+        self.median = estimates["median"]["point_estimate"]  # nanoseconds
+        throughput = meta.get("throughput") or {}
+        self.bytes = throughput.get("Bytes")
+        self.mtime = (new / "estimates.json").stat().st_mtime
+
+
+def load_results(root: Path) -> dict[str, Result]:
+    results = {}
+    for meta in root.glob("**/new/benchmark.json"):
+        full_id = json.loads(meta.read_text())["full_id"]
+        results[full_id] = Result(meta.parent)
+    return results
+
+
+def fmt_time(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def fmt_ratio(r: float) -> str:
+    return f"{r:.2f} ×" if r < 10 else f"{r:.0f} ×"
+
+
+def params(results: dict[str, Result], group: str, function: str) -> list[str]:
+    prefix = f"{group}/{function}/"
+    found = [k[len(prefix):] for k in results if k.startswith(prefix)]
+
+    def key(p: str):
+        return [int(x) for x in re.findall(r"\d+", p)][::-1]
+
+    return sorted(found, key=key)
+
+
+def main() -> int:
+    root = criterion_dir()
+    results = load_results(root)
+    if not results:
+        print(f"no criterion results under {root}; run `cargo bench --bench store` first",
+              file=sys.stderr)
+        return 1
+    used: list[Result] = []
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    ratio: dict[str, float] = {}
+
+    def pair(work: str, size: str, mine: str, base: str, base_label: str, key: str) -> None:
+        if mine not in results or base not in results:
+            return
+        a, b = results[mine], results[base]
+        used.extend((a, b))
+        r = a.median / b.median
+        ratio[key] = r
+        rows.append((work, size, fmt_bytes(a.bytes), fmt_time(a.median),
+                     f"{fmt_time(b.median)} ({base_label})", fmt_ratio(r)))
+
+    for n in params(results, "save", "file_store"):
+        pair("save", f"{int(n):,} messages", f"save/file_store/{n}",
+             f"save/baseline_atomic_write/{n}",
+             "temp + write + fsync + rename + dir fsync", f"save/{n}")
+    for n in params(results, "load", "file_store"):
+        pair("load", f"{int(n):,} messages", f"load/file_store/{n}",
+             f"load/baseline_read_typed/{n}", "read + typed serde_json parse", f"load/{n}")
+    for n in params(results, "append_turn", "file_store"):
+        pair("one more turn", f"onto {int(n):,} messages", f"append_turn/file_store/{n}",
+             "append_turn/baseline_append_fdatasync",
+             "append + fdatasync of the turn", f"turn/{n}")
+    for label in params(results, "list", "file_store"):
+        sessions, messages = (int(x) for x in label.split("x"))
+        pair("list", f"{sessions:,} sessions of {messages:,} messages",
+             f"list/file_store/{label}", f"list/baseline_readdir_stat/{label}",
+             "readdir + stat", f"list/{label}")
+
+    print("| work | size | bytes | agent-session | baseline | ratio |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+    print("bytes: the snapshot file (save, load) or the turn's encoded messages (one more turn).")
+
+    # The two load baselines side by side, as throughput.
+    load_ns = params(results, "load", "baseline_read_typed")
+    if load_ns:
+        print()
+        print("| load baselines | " + " | ".join(f"{int(n):,}" for n in load_ns) + " |")
+        print("|---|" + "---|" * len(load_ns))
+        for function, label in (("file_store", "agent-session load"),
+                                ("baseline_read_typed", "read + typed parse"),
+                                ("baseline_read_value", "read + `serde_json::Value` parse")):
+            cells = []
+            for n in load_ns:
+                r = results.get(f"load/{function}/{n}")
+                if r is None or not r.bytes:
+                    cells.append("")
+                    continue
+                used.append(r)
+                cells.append(f"{r.bytes / r.median * 1e3:.0f} MB/s")
+            print(f"| {label} | " + " | ".join(cells) + " |")
+
+    # Issue 5's targets.
+    checks = []
+
+    def check(name: str, value: float | None, limit: float) -> None:
+        if value is None:
+            checks.append((name, "not measured", f"≤ {limit} ×", ""))
+        else:
+            checks.append((name, fmt_ratio(value), f"≤ {limit} ×",
+                           "yes" if value <= limit else "**no**"))
+
+    check("full save, 1,000 messages / atomic write", ratio.get("save/1000"), SAVE_LIMIT)
+    check("load, 10,000 messages / read + typed parse", ratio.get("load/10000"), LOAD_LIMIT)
+    t10 = results.get("append_turn/file_store/10")
+    t10k = results.get("append_turn/file_store/10000")
+    check("one more turn: onto 10,000 / onto 10 messages",
+          t10k.median / t10.median if t10 and t10k else None, TURN_GROWTH_LIMIT)
+    check("one more turn onto 10,000 / append + fdatasync", ratio.get("turn/10000"),
+          TURN_APPEND_LIMIT)
+    for label in params(results, "list", "file_store"):
+        sessions, messages = label.split("x")
+        check(f"list {int(sessions):,} sessions of {int(messages):,} messages / readdir + stat",
+              ratio.get(f"list/{label}"), LIST_LIMIT)
+    print()
+    print("| issue 5 target | measured | limit | met |")
+    print("|---|---|---|---|")
+    for c in checks:
+        print("| " + " | ".join(c) + " |")
+
+    if used:
+        first = dt.datetime.fromtimestamp(min(r.mtime for r in used))
+        last = dt.datetime.fromtimestamp(max(r.mtime for r in used))
+        print()
+        print(f"Medians from {root}, measured between {first:%Y-%m-%d %H:%M} and "
+              f"{last:%Y-%m-%d %H:%M}.")
+        if (last - first).total_seconds() > 30 * 60:
+            print("Warning: the results span more than 30 minutes; they may mix runs.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
