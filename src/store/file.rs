@@ -429,7 +429,7 @@ impl FileSessionStore {
 
     /// The revision of the stored snapshot of `id`, for a compare-and-swap. Checks the
     /// file as `read` does, but decodes only the header (schema version, id, revision);
-    /// the rest is skimmed for JSON structure, not verified.
+    /// the rest is not verified.
     fn stored_revision(&self, id: &SessionId) -> Result<Option<Revision>> {
         let Some((path, bytes)) = self.read_bytes(id)? else {
             return Ok(None);
