@@ -19,6 +19,10 @@ use agent_session::{
 };
 use serde_json::json;
 
+mod json_diff;
+#[allow(unused_imports)] // not every test binary compares JSON
+pub use json_diff::json_difference;
+
 /// The model name the fixtures use.
 #[allow(dead_code)] // not every test binary names the model
 pub const MODEL: &str = "test-model-1";
@@ -459,58 +463,6 @@ pub fn assert_paired(snapshot: &SessionSnapshot) {
         assert_eq!(result.call_id, record.call_id);
         assert!(record.result_at > record.call_at, "{record:?}");
         assert_eq!(result.is_error, record.status.is_error(), "{record:?}");
-    }
-}
-
-/// The first place where `actual` differs from `expected`, compared exactly: numbers must
-/// have the same kind (integer or float) and the same text, strings the same bytes, and
-/// `null` is not the same as an absent field. `None` if they are identical.
-#[allow(dead_code)] // only the binaries comparing provider or cross-process JSON use it
-pub fn json_difference(
-    expected: &serde_json::Value,
-    actual: &serde_json::Value,
-    path: &str,
-) -> Option<String> {
-    use serde_json::Value;
-    match (expected, actual) {
-        (Value::Object(e), Value::Object(a)) => {
-            for key in e.keys().chain(a.keys()) {
-                let here = format!("{path}.{key}");
-                match (e.get(key), a.get(key)) {
-                    (Some(e), Some(a)) => {
-                        if let Some(difference) = json_difference(e, a, &here) {
-                            return Some(difference);
-                        }
-                    }
-                    (Some(e), None) => return Some(format!("{here}: {e} is missing")),
-                    (None, Some(a)) => return Some(format!("{here}: unexpected {a}")),
-                    (None, None) => unreachable!("the key came from one of the maps"),
-                }
-            }
-            None
-        }
-        (Value::Array(e), Value::Array(a)) => {
-            if e.len() != a.len() {
-                return Some(format!(
-                    "{path}: {} elements expected, {} found",
-                    e.len(),
-                    a.len()
-                ));
-            }
-            e.iter()
-                .zip(a)
-                .enumerate()
-                .find_map(|(i, (e, a))| json_difference(e, a, &format!("{path}[{i}]")))
-        }
-        (Value::Number(e), Value::Number(a)) => {
-            let same_kind =
-                (e.is_u64(), e.is_i64(), e.is_f64()) == (a.is_u64(), a.is_i64(), a.is_f64());
-            (!same_kind || e.to_string() != a.to_string() || e != a)
-                .then(|| format!("{path}: number {e} expected, {a} found"))
-        }
-        (Value::String(e), Value::String(a)) => (e.as_bytes() != a.as_bytes())
-            .then(|| format!("{path}: string {e:?} expected, {a:?} found")),
-        (e, a) => (e != a).then(|| format!("{path}: {e} expected, {a} found")),
     }
 }
 
