@@ -156,7 +156,8 @@ where
     pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
         let mut snapshot = session.snapshot();
         if let Some(redactor) = &self.redactor {
-            snapshot = snapshot.redacted(&**redactor);
+            // The snapshot is already a copy of the session: redact it where it is.
+            snapshot.redact(&**redactor);
         }
         match self.store.save(&snapshot) {
             Ok(revision) => {

@@ -484,14 +484,20 @@ impl SessionSnapshot {
     #[must_use]
     pub fn redacted(&self, redactor: &dyn Redactor) -> SessionSnapshot {
         let mut copy = self.clone();
-        if let Some(prompt) = &mut copy.options.system_prompt {
+        copy.redact(redactor);
+        copy
+    }
+
+    /// Applies `redactor` in place (see [`redacted`](Self::redacted)), for callers that
+    /// already own a fresh copy.
+    pub(crate) fn redact(&mut self, redactor: &dyn Redactor) {
+        if let Some(prompt) = &mut self.options.system_prompt {
             redact::redact_string(redactor, prompt);
         }
-        redact::redact_map(redactor, &mut copy.metadata);
-        for message in &mut copy.transcript {
+        redact::redact_map(redactor, &mut self.metadata);
+        for message in &mut self.transcript {
             redact::redact_message(redactor, message);
         }
-        copy
     }
 
     /// A short title: the metadata's `"title"` string if set, otherwise the first line of
