@@ -65,9 +65,10 @@ pub enum Error {
         found: Option<Revision>,
     },
 
-    /// A stored snapshot uses a schema version this release cannot read.
+    /// A stored snapshot (or a file store's journal) uses a format version this release
+    /// cannot read.
     #[error(
-        "{} uses snapshot schema version {found}, but this release reads only version {supported}: \
+        "{} uses format version {found}, but this release reads only version {supported}: \
          upgrade agent-session to read it",
         DisplayLocation(location)
     )]
@@ -271,7 +272,13 @@ struct DisplayLocation<'a>(&'a Location);
 impl fmt::Display for DisplayLocation<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Location::File(path) => write!(f, "snapshot file {}", path.display()),
+            Location::File(path) => {
+                let kind = match path.extension().and_then(|e| e.to_str()) {
+                    Some("journal") => "journal file",
+                    _ => "snapshot file",
+                };
+                write!(f, "{kind} {}", path.display())
+            }
             Location::Stored(description) => write!(f, "stored snapshot {description}"),
             Location::Bytes => f.write_str("the snapshot data"),
         }
@@ -441,6 +448,17 @@ mod tests {
         assert!(!err.to_string().contains("boom"));
         let source = std::error::Error::source(&err).unwrap();
         assert_eq!(source.to_string(), "boom");
+    }
+
+    #[test]
+    fn errors_in_a_journal_name_the_journal_file() {
+        let err = Error::inconsistent("x").at(&Location::File("/s/a.journal".into()));
+        assert!(
+            err.to_string().contains("journal file /s/a.journal"),
+            "{err}"
+        );
+        let err = Error::inconsistent("x").at(&Location::File("/s/a.json".into()));
+        assert!(err.to_string().contains("snapshot file /s/a.json"), "{err}");
     }
 
     #[test]

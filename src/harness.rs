@@ -7,8 +7,47 @@ use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::redact::Redactor;
-use crate::session::{Session, SessionOptions};
-use crate::store::{Revision, SessionList, SessionStore};
+use crate::session::{Session, SessionOptions, TurnOutcome};
+use crate::snapshot::SessionSnapshot;
+use crate::store::{ListCursor, Revision, SessionList, SessionPage, SessionStore};
+use crate::transcript::Message;
+
+/// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor, and saves it.
+fn save_redacted(
+    store: &dyn SessionStore,
+    redactor: Option<&dyn Redactor>,
+    snapshot: &mut SessionSnapshot,
+) -> Result<Revision> {
+    if let Some(redactor) = redactor {
+        snapshot.redact(redactor);
+    }
+    store.save(snapshot)
+}
+
+/// When [`Harness::send`] saves a session by itself.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::Autosave;
+///
+/// assert_eq!(Autosave::default(), Autosave::Off);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Autosave {
+    /// Never: call [`Harness::save_session`] when you want the session stored. The
+    /// default.
+    #[default]
+    Off,
+    /// After every turn that [`Harness::send`] completes without error.
+    EveryTurn,
+    /// At every step of a turn, as [`Session::send_message_with`] describes: a crash loses
+    /// at most the step in flight, and tool calls that were running are closed as
+    /// interrupted, never run again silently. With a
+    /// [`FileSessionStore`](crate::FileSessionStore), each save appends only the step.
+    EveryStep,
+}
 
 /// Creates, saves and resumes sessions: a [`SessionStore`], a factory that builds a fresh
 /// [`Engine`] for every session, and an optional default [`ToolExecutor`].
@@ -49,6 +88,7 @@ pub struct Harness<F> {
     engine_factory: F,
     tools: Option<Arc<dyn ToolExecutor>>,
     redactor: Option<Arc<dyn Redactor>>,
+    autosave: Autosave,
 }
 
 impl<F> fmt::Debug for Harness<F> {
@@ -56,6 +96,7 @@ impl<F> fmt::Debug for Harness<F> {
         f.debug_struct("Harness")
             .field("tools", &self.tools.as_ref().map(|_| "<executor>"))
             .field("redactor", &self.redactor.as_ref().map(|_| "<redactor>"))
+            .field("autosave", &self.autosave)
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +121,7 @@ pub struct HarnessBuilder<F> {
     engine_factory: F,
     tools: Option<Arc<dyn ToolExecutor>>,
     redactor: Option<Arc<dyn Redactor>>,
+    autosave: Autosave,
 }
 
 impl<F> HarnessBuilder<F> {
@@ -98,6 +140,12 @@ impl<F> HarnessBuilder<F> {
         self
     }
 
+    /// Sets when [`Harness::send`] saves by itself (default [`Autosave::Off`]).
+    pub fn autosave(mut self, autosave: Autosave) -> Self {
+        self.autosave = autosave;
+        self
+    }
+
     /// Builds the harness.
     pub fn build(self) -> Harness<F> {
         Harness {
@@ -105,6 +153,7 @@ impl<F> HarnessBuilder<F> {
             engine_factory: self.engine_factory,
             tools: self.tools,
             redactor: self.redactor,
+            autosave: self.autosave,
         }
     }
 }
@@ -122,6 +171,7 @@ where
             engine_factory,
             tools: None,
             redactor: None,
+            autosave: Autosave::Off,
         }
     }
 
@@ -155,21 +205,68 @@ where
     /// after [`Error::NotDurable`], when it records the revision that is now stored.
     pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
         let mut snapshot = session.snapshot();
-        if let Some(redactor) = &self.redactor {
-            // The snapshot is already a copy of the session: redact it where it is.
-            snapshot.redact(&**redactor);
-        }
-        match self.store.save(&snapshot) {
+        match self.save_snapshot(&mut snapshot) {
             Ok(revision) => {
-                session.mark_saved(revision);
+                session.record_saved(&snapshot, revision);
                 Ok(revision)
             }
             // Stored, but maybe not durable: the session is at the new revision either way.
             Err(err @ Error::NotDurable { revision, .. }) => {
-                session.mark_saved(revision);
+                session.record_saved(&snapshot, revision);
                 Err(err)
             }
             Err(err) => Err(err),
+        }
+    }
+
+    /// Redacts `snapshot` (a fresh copy, so in place) if the harness has a redactor, and
+    /// saves it.
+    fn save_snapshot(&self, snapshot: &mut SessionSnapshot) -> Result<Revision> {
+        save_redacted(&*self.store, self.redactor.as_deref(), snapshot)
+    }
+
+    /// Sends a user message to `session` (see [`Session::send`]) and saves it as the
+    /// harness's [`Autosave`] policy says.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::send`], and as [`save_session`](Self::save_session) for the saves.
+    pub async fn send(
+        &self,
+        session: &mut Session<E>,
+        text: impl Into<String>,
+    ) -> Result<TurnOutcome> {
+        self.send_message(session, Message::user(text)).await
+    }
+
+    /// [`send`](Self::send) with a message built by the caller (see
+    /// [`Session::send_message`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send).
+    pub async fn send_message(
+        &self,
+        session: &mut Session<E>,
+        message: Message,
+    ) -> Result<TurnOutcome> {
+        match self.autosave {
+            Autosave::Off => session.send_message(message).await,
+            Autosave::EveryTurn => {
+                let outcome = session.send_message(message).await?;
+                self.save_session(session)?;
+                Ok(outcome)
+            }
+            Autosave::EveryStep => {
+                // Borrows only the store and redactor, which are `Sync`, so the turn's
+                // future stays `Send` whatever the engine factory is.
+                let (store, redactor) = (&*self.store, self.redactor.as_deref());
+                session
+                    .send_message_with(message, &mut |snapshot| {
+                        save_redacted(store, redactor, snapshot)
+                    })
+                    .await
+            }
         }
     }
 
@@ -262,6 +359,19 @@ where
     /// As [`SessionStore::list`].
     pub fn list_sessions(&self) -> Result<SessionList> {
         self.store.list()
+    }
+
+    /// One page of the stored sessions; see [`SessionStore::list_page`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::list_page`].
+    pub fn list_sessions_page(
+        &self,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        self.store.list_page(limit, after)
     }
 
     /// Deletes stored session `id`.

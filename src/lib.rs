@@ -118,19 +118,20 @@ mod usage;
 
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
-pub use harness::{Harness, HarnessBuilder};
+pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{SessionId, MAX_ID_LEN};
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{
-    Session, SessionOptions, StopReason, TurnOutcome, DEFAULT_MAX_TURNS, INTERRUPTED_OUTPUT,
+    Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, DEFAULT_MAX_TURNS,
+    INTERRUPTED_OUTPUT,
 };
 pub use snapshot::{
     BlockPosition, PersistedOptions, SessionSnapshot, SnapshotBuilder, ToolCallRecord,
     ToolCallStatus, SCHEMA_VERSION,
 };
 pub use store::{
-    FileSessionStore, FileStoreBuilder, MemorySessionStore, Revision, SessionList, SessionStore,
-    SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+    Durability, FileSessionStore, FileStoreBuilder, ListCursor, MemorySessionStore, Revision,
+    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 pub use transcript::{
     ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,

@@ -219,76 +219,94 @@ impl Redactor for PatternRedactor {
     }
 }
 
-/// Redacts `text` in place, allocating only when something changed.
-pub(crate) fn redact_string(redactor: &dyn Redactor, text: &mut String) {
+/// Redacts `text` in place, allocating only when something changed; returns whether it
+/// did.
+pub(crate) fn redact_string(redactor: &dyn Redactor, text: &mut String) -> bool {
     if let Cow::Owned(redacted) = redactor.redact(text) {
+        let changed = redacted != *text;
         *text = redacted;
+        changed
+    } else {
+        false
     }
 }
 
-/// Redacts every string inside a JSON value (object keys are left alone).
-pub(crate) fn redact_value(redactor: &dyn Redactor, value: &mut Value) {
+/// Redacts every string inside a JSON value (object keys are left alone); returns whether
+/// anything changed.
+pub(crate) fn redact_value(redactor: &dyn Redactor, value: &mut Value) -> bool {
     match value {
         Value::String(text) => redact_string(redactor, text),
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(redactor, v)),
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, v| redact_value(redactor, v) | changed),
         Value::Object(map) => redact_map(redactor, map),
-        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 
 /// Redacts every string value in a JSON object: whole under a secret key, by pattern
 /// otherwise. Values under `encrypted_*` keys are opaque provider data and left alone.
-pub(crate) fn redact_map(redactor: &dyn Redactor, map: &mut Map<String, Value>) {
+/// Returns whether anything changed.
+pub(crate) fn redact_map(redactor: &dyn Redactor, map: &mut Map<String, Value>) -> bool {
+    let mut changed = false;
     for (key, value) in map.iter_mut() {
         if key.starts_with("encrypted_") {
             continue;
         }
-        match value {
+        changed |= match value {
             Value::String(text) if !text.is_empty() && redactor.is_secret_key(key) => {
+                let was_redacted = text == REDACTED;
                 REDACTED.clone_into(text);
+                !was_redacted
             }
             _ => redact_value(redactor, value),
-        }
+        };
     }
+    changed
 }
 
 /// Redacts a message's text, tool arguments and outputs, and provider fields; ids, tool
-/// names and roles are kept so tool calls stay paired with their results.
-pub(crate) fn redact_message(redactor: &dyn Redactor, message: &mut Message) {
-    redact_map(redactor, &mut message.extra);
-    redact_blocks(redactor, &mut message.content);
+/// names and roles are kept so tool calls stay paired with their results. Returns whether
+/// anything changed.
+pub(crate) fn redact_message(redactor: &dyn Redactor, message: &mut Message) -> bool {
+    redact_map(redactor, &mut message.extra) | redact_blocks(redactor, &mut message.content)
 }
 
-fn redact_blocks(redactor: &dyn Redactor, blocks: &mut [ContentBlock]) {
+fn redact_blocks(redactor: &dyn Redactor, blocks: &mut [ContentBlock]) -> bool {
+    let mut changed = false;
     for block in blocks {
-        match block {
+        changed |= match block {
             ContentBlock::Text(t) => {
-                redact_string(redactor, &mut t.text);
-                redact_map(redactor, &mut t.extra);
+                redact_string(redactor, &mut t.text) | redact_map(redactor, &mut t.extra)
             }
             ContentBlock::ToolCall(call) => {
-                match &mut call.arguments {
+                let arguments = match &mut call.arguments {
                     ToolArguments::Json(value) => redact_value(redactor, value),
                     ToolArguments::Text(text) => redact_string(redactor, text),
-                }
-                redact_map(redactor, &mut call.extra);
-                redact_map(redactor, &mut call.wire.function_extra);
+                };
+                arguments
+                    | redact_map(redactor, &mut call.extra)
+                    | redact_map(redactor, &mut call.wire.function_extra)
             }
             ContentBlock::ToolResult(result) => {
-                match &mut result.output {
+                let output = match &mut result.output {
                     ToolOutput::Text(text) => redact_string(redactor, text),
                     ToolOutput::Blocks(blocks) => redact_blocks(redactor, blocks),
-                }
-                redact_map(redactor, &mut result.extra);
+                };
+                output | redact_map(redactor, &mut result.extra)
             }
             // A signed block (thinking) must come back byte for byte or the provider
             // rejects the conversation, and a redacted-thinking block is opaque.
             ContentBlock::Other { value }
                 if value.get("signature").is_some()
-                    || value.get("type").and_then(Value::as_str) == Some("redacted_thinking") => {}
+                    || value.get("type").and_then(Value::as_str) == Some("redacted_thinking") =>
+            {
+                false
+            }
             ContentBlock::Other { value } => redact_value(redactor, value),
-        }
+        };
     }
+    changed
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use crate::engine::{CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 use crate::error::{BoxError, Error, Result};
 use crate::id::SessionId;
 use crate::snapshot::{
-    BlockPosition, PersistedOptions, SessionSnapshot, SnapshotParts, ToolCallRecord, ToolCallStatus,
+    BlockPosition, Counts, PersistedOptions, Provenance, SessionSnapshot, SnapshotParts,
+    ToolCallRecord, ToolCallStatus,
 };
 use crate::store::Revision;
 use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
@@ -246,11 +247,21 @@ pub struct Session<E> {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     options: SessionOptions,
-    transcript: Vec<Message>,
-    records: Vec<ToolCallRecord>,
-    usage: Vec<Usage>,
+    // Shared with the snapshots taken of the session (copied on write only while one is
+    // alive), so a snapshot to save costs nothing per message.
+    transcript: Arc<Vec<Message>>,
+    records: Arc<Vec<ToolCallRecord>>,
+    usage: Arc<Vec<Usage>>,
+    /// What the store holds of this session, so a save writes only what is new.
+    provenance: Option<Provenance>,
     engine: E,
 }
+
+/// Persists a turn in progress: [`Session::send_message_with`] calls it with a snapshot at
+/// each point where the turn should be saved, and it returns the revision it stored
+/// (usually by redacting the snapshot if needed and calling
+/// [`SessionStore::save`](crate::SessionStore::save)).
+pub type Checkpoint<'a> = dyn FnMut(&mut SessionSnapshot) -> Result<Revision> + Send + 'a;
 
 impl<E> fmt::Debug for Session<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -278,9 +289,10 @@ impl<E: Engine> Session<E> {
             created_at: now,
             updated_at: now,
             options,
-            transcript: Vec::new(),
-            records: Vec::new(),
-            usage: Vec::new(),
+            transcript: Arc::default(),
+            records: Arc::default(),
+            usage: Arc::default(),
+            provenance: None,
             engine,
         })
     }
@@ -313,6 +325,7 @@ impl<E: Engine> Session<E> {
             transcript: parts.transcript,
             records: parts.tool_calls,
             usage: parts.usage,
+            provenance: parts.provenance,
             engine,
         })
     }
@@ -341,6 +354,69 @@ impl<E: Engine> Session<E> {
     /// Any other role is accepted (a user message, a mid-conversation system message, an
     /// assistant prefill); not every provider accepts every sequence of roles.
     pub async fn send_message(&mut self, message: Message) -> Result<TurnOutcome> {
+        self.run_turn(message, None).await
+    }
+
+    /// Like [`send_message`](Self::send_message), saving the turn as it goes through
+    /// `checkpoint`, so a crash loses at most the step in flight:
+    ///
+    /// - before the tools of a step run, with the assistant message that requested them
+    ///   and each call closed as interrupted ([`INTERRUPTED_OUTPUT`],
+    ///   [`ToolCallStatus::Interrupted`]): if the process dies while a tool runs, the
+    ///   session resumes with that call reported as interrupted
+    ///   ([`interrupted_tool_calls`](Self::interrupted_tool_calls)), never run again
+    ///   silently;
+    /// - after every completed step (an assistant message and all its tool results), which
+    ///   replaces the interrupted placeholders with the real results.
+    ///
+    /// With a [`FileSessionStore`](crate::FileSessionStore), each checkpoint appends only
+    /// what changed since the last one. [`Harness::send`](crate::Harness::send) with
+    /// [`Autosave::EveryStep`](crate::Autosave::EveryStep) does this with the harness's
+    /// store and redactor.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_message`](Self::send_message), and any error of `checkpoint`, which ends
+    /// the turn: before the tools run, they are not run (and are closed as interrupted);
+    /// after a step, the step is kept in memory and the next save stores it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+    ///     MemorySessionStore, Message, Session, SessionId, SessionOptions, SessionStore, Usage};
+    ///
+    /// struct Echo;
+    /// impl Engine for Echo {
+    ///     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+    ///         Ok(Completion::new(Message::assistant(vec![ContentBlock::text("hi")]), Usage::new(r.model)))
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let store = MemorySessionStore::new();
+    /// let mut session = Session::new(SessionId::generate(), Echo, SessionOptions::new("echo-1"))?;
+    /// session
+    ///     .send_message_with(Message::user("hello"), &mut |snapshot| store.save(snapshot))
+    ///     .await?;
+    /// assert_eq!(store.load(session.id())?.transcript().len(), 2);
+    /// # Ok::<(), agent_session::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn send_message_with(
+        &mut self,
+        message: Message,
+        checkpoint: &mut Checkpoint<'_>,
+    ) -> Result<TurnOutcome> {
+        self.run_turn(message, Some(checkpoint)).await
+    }
+
+    async fn run_turn(
+        &mut self,
+        message: Message,
+        mut checkpoint: Option<&mut Checkpoint<'_>>,
+    ) -> Result<TurnOutcome> {
         if message.role == Role::Tool
             || message
                 .content
@@ -385,7 +461,7 @@ impl<E: Engine> Session<E> {
                 })?;
             // The provider charged for the completion even if its message is refused, so
             // its usage is kept either way: cost must never be under-reported.
-            s.usage.push(completion.usage);
+            Arc::make_mut(&mut s.usage).push(completion.usage);
             outcome.completions += 1;
             s.check_completion(&completion.message)?;
             let message_index = s.transcript.len();
@@ -410,28 +486,19 @@ impl<E: Engine> Session<E> {
             if turn.pending.is_empty() {
                 outcome.stop = StopReason::Finished;
                 outcome.reply = Some(text);
+                if let Some(checkpoint) = checkpoint.as_deref_mut() {
+                    turn.session.checkpoint(checkpoint, &[])?;
+                }
                 break;
             }
-            while let Some(pending) = turn.pending.first() {
-                let result = match &tools {
-                    Some(tools) => tools.execute(&pending.call).await,
-                    None => Err(BoxError::from(
-                        "no tool executor is configured for this session",
-                    )),
-                };
-                let (result, status) = match result {
-                    Ok(output) => (
-                        ToolResult::new(&pending.call.id, output),
-                        ToolCallStatus::Ok,
-                    ),
-                    Err(e) => (
-                        ToolResult::error(&pending.call.id, e.to_string()),
-                        ToolCallStatus::Error,
-                    ),
-                };
-                let pending = turn.pending.remove(0);
-                turn.session.push_result(result, &pending, status);
-                outcome.tool_calls += 1;
+            if let Some(checkpoint) = checkpoint.as_deref_mut() {
+                // Record the calls before running them, closed as interrupted: what a
+                // crash while they run must leave.
+                turn.session.checkpoint(checkpoint, &turn.pending)?;
+            }
+            outcome.tool_calls += turn.run_pending(tools.as_deref()).await;
+            if let Some(checkpoint) = checkpoint.as_deref_mut() {
+                turn.session.checkpoint(checkpoint, &[])?;
             }
         }
         Ok(outcome)
@@ -452,17 +519,154 @@ impl<E> Session<E> {
             updated_at: self.updated_at,
             options: self.options.persisted(),
             metadata: self.options.metadata.clone(),
-            transcript: self.transcript.clone(),
-            tool_calls: self.records.clone(),
-            usage: self.usage.clone(),
+            transcript: Arc::clone(&self.transcript),
+            tool_calls: Arc::clone(&self.records),
+            usage: Arc::clone(&self.usage),
+            provenance: self.provenance.clone(),
         })
+    }
+
+    /// Saves through `checkpoint` a snapshot of the session with `pending` calls closed as
+    /// interrupted, and records what is now stored: the placeholders are stored but not
+    /// kept, so the next save replaces them.
+    fn checkpoint(
+        &mut self,
+        checkpoint: &mut Checkpoint<'_>,
+        pending: &[PendingCall],
+    ) -> Result<()> {
+        let kept = self.counts();
+        let updated_at = self.updated_at;
+        // The placeholders go into the session itself for the moment of the snapshot, so
+        // the snapshot shares the session's history instead of copying it.
+        for call in pending {
+            let result = ToolResult::error(&call.call.id, INTERRUPTED_OUTPUT);
+            self.push_result(result, call, ToolCallStatus::Interrupted);
+        }
+        let mut snapshot = self.snapshot();
+        let saved = checkpoint(&mut snapshot);
+        if !pending.is_empty() {
+            let stored = snapshot.counts();
+            // Taken back out: the snapshot must let go of the shared history first, so
+            // removing them copies nothing.
+            let (stored_options, stored_metadata, stored_updated_at, stored_redactor) = (
+                snapshot.options().clone(),
+                snapshot.metadata().clone(),
+                snapshot.updated_at(),
+                snapshot.redacted_by(),
+            );
+            drop(snapshot);
+            Arc::make_mut(&mut self.transcript).truncate(kept.messages);
+            Arc::make_mut(&mut self.records).truncate(kept.tool_calls);
+            self.updated_at = updated_at;
+            let revision = match &saved {
+                Ok(revision) | Err(Error::NotDurable { revision, .. }) => *revision,
+                Err(_) => return saved.map(|_| ()),
+            };
+            self.revision = revision;
+            self.provenance = Some(Provenance {
+                revision,
+                stored,
+                kept,
+                updated_at: stored_updated_at,
+                options: Arc::new(stored_options),
+                metadata: Arc::new(stored_metadata),
+                redactor: stored_redactor,
+            });
+            return saved.map(|_| ());
+        }
+        let revision = match &saved {
+            Ok(revision) | Err(Error::NotDurable { revision, .. }) => *revision,
+            Err(_) => return saved.map(|_| ()),
+        };
+        self.record_stored(&snapshot, revision, kept);
+        saved.map(|_| ())
+    }
+
+    /// Records that `snapshot`, taken from this session and maybe redacted since, is now
+    /// stored at `revision`.
+    pub(crate) fn record_saved(&mut self, snapshot: &SessionSnapshot, revision: Revision) {
+        let counts = snapshot.counts();
+        self.record_stored(snapshot, revision, counts);
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            messages: self.transcript.len(),
+            tool_calls: self.records.len(),
+            usage: self.usage.len(),
+        }
+    }
+
+    /// Records that `stored` (a snapshot of this session, maybe redacted or with
+    /// placeholders) is now stored at `revision`, and that the session's first `kept`
+    /// elements are the stored ones.
+    fn record_stored(&mut self, stored: &SessionSnapshot, revision: Revision, kept: Counts) {
+        self.revision = revision;
+        self.provenance = Some(Provenance {
+            revision,
+            stored: stored.counts(),
+            kept,
+            updated_at: stored.updated_at(),
+            options: Arc::new(stored.options().clone()),
+            metadata: Arc::new(stored.metadata().clone()),
+            redactor: stored.redacted_by(),
+        });
+    }
+
+    /// Whether the session has changed since it was last saved or loaded (or was never
+    /// saved): what a program checks before exiting to decide whether to save.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, Engine};
+    /// # struct MyEngine;
+    /// # impl Engine for MyEngine {
+    /// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+    /// # }
+    /// use agent_session::{Harness, MemorySessionStore, SessionOptions};
+    ///
+    /// let harness = Harness::builder(MemorySessionStore::new(), || MyEngine).build();
+    /// let mut session = harness.new_session(SessionOptions::new("m"))?;
+    /// assert!(session.has_unsaved_changes());
+    /// harness.save_session(&mut session)?;
+    /// assert!(!session.has_unsaved_changes());
+    /// session.metadata_mut().insert("project".into(), "parser".into());
+    /// assert!(session.has_unsaved_changes());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    #[must_use]
+    pub fn has_unsaved_changes(&self) -> bool {
+        let Some(stored) = &self.provenance else {
+            return true;
+        };
+        // Every change (a message, a metadata edit) moves `updated_at`.
+        stored.revision != self.revision
+            || stored.kept != stored.stored
+            || stored.stored != self.counts()
+            || stored.updated_at != self.updated_at
+    }
+
+    /// The tool calls that were cut short and closed as interrupted
+    /// ([`ToolCallStatus::Interrupted`]), in transcript order: after a crash during a turn
+    /// saved with [`send_message_with`](Self::send_message_with), the calls that were
+    /// running. They were not run again; the model sees the interruption when the
+    /// conversation continues.
+    #[must_use]
+    pub fn interrupted_tool_calls(&self) -> Vec<&ToolCallRecord> {
+        self.records
+            .iter()
+            .filter(|r| r.status == ToolCallStatus::Interrupted)
+            .collect()
     }
 
     /// Records that the session's snapshot was stored at `revision`, so the next save is
     /// compared against it. [`Harness::save_session`](crate::Harness::save_session) does
     /// this for you; call it when saving through a store directly.
     pub fn mark_saved(&mut self, revision: Revision) {
-        self.revision = revision;
+        let snapshot = self.snapshot();
+        let counts = snapshot.counts();
+        self.record_stored(&snapshot, revision, counts);
     }
 
     /// The session's id.
@@ -549,7 +753,7 @@ impl<E> Session<E> {
     }
 
     fn push(&mut self, message: Message) {
-        self.transcript.push(message);
+        Arc::make_mut(&mut self.transcript).push(message);
         // Never move backwards, even if the wall clock does.
         self.updated_at = Utc::now().max(self.updated_at);
     }
@@ -559,13 +763,9 @@ impl<E> Session<E> {
             message: self.transcript.len(),
             block: 0,
         };
-        self.records.push(ToolCallRecord {
-            call_id: pending.call.id.clone(),
-            tool_name: pending.call.name.clone(),
-            call_at: pending.at,
-            result_at,
-            status,
-        });
+        let mut record = interrupted_record(pending, result_at);
+        record.status = status;
+        Arc::make_mut(&mut self.records).push(record);
         self.push(Message::tool_result(result));
     }
 
@@ -605,6 +805,17 @@ impl<E> Session<E> {
     }
 }
 
+/// The record of `pending` answered at `result_at`, as interrupted.
+fn interrupted_record(pending: &PendingCall, result_at: BlockPosition) -> ToolCallRecord {
+    ToolCallRecord {
+        call_id: pending.call.id.clone(),
+        tool_name: pending.call.name.clone(),
+        call_at: pending.at,
+        result_at,
+        status: ToolCallStatus::Interrupted,
+    }
+}
+
 /// A tool call that was requested but has no result yet.
 struct PendingCall {
     call: ToolCall,
@@ -617,6 +828,36 @@ struct PendingCall {
 struct Turn<'s, E> {
     session: &'s mut Session<E>,
     pending: Vec<PendingCall>,
+}
+
+impl<E> Turn<'_, E> {
+    /// Runs the pending tool calls in order, appending each result as it arrives; returns
+    /// how many ran.
+    async fn run_pending(&mut self, tools: Option<&dyn ToolExecutor>) -> u32 {
+        let mut ran = 0;
+        while let Some(pending) = self.pending.first() {
+            let result = match tools {
+                Some(tools) => tools.execute(&pending.call).await,
+                None => Err(BoxError::from(
+                    "no tool executor is configured for this session",
+                )),
+            };
+            let (result, status) = match result {
+                Ok(output) => (
+                    ToolResult::new(&pending.call.id, output),
+                    ToolCallStatus::Ok,
+                ),
+                Err(e) => (
+                    ToolResult::error(&pending.call.id, e.to_string()),
+                    ToolCallStatus::Error,
+                ),
+            };
+            let pending = self.pending.remove(0);
+            self.session.push_result(result, &pending, status);
+            ran += 1;
+        }
+        ran
+    }
 }
 
 impl<E> Drop for Turn<'_, E> {

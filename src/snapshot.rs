@@ -1,6 +1,7 @@
 //! `SessionSnapshot`: the persisted state of a session, its JSON form, and its validation.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -172,7 +173,7 @@ pub struct ToolCallRecord {
 /// assert_eq!(back.title().as_deref(), Some("Hello there"));
 /// # Ok::<(), agent_session::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SessionSnapshot {
     id: SessionId,
     revision: Revision,
@@ -180,9 +181,101 @@ pub struct SessionSnapshot {
     updated_at: DateTime<Utc>,
     options: PersistedOptions,
     metadata: Map<String, Value>,
-    transcript: Vec<Message>,
-    tool_calls: Vec<ToolCallRecord>,
-    usage: Vec<Usage>,
+    // Shared with the session that made the snapshot (and with clones), so taking a
+    // snapshot to save it does not copy the history; copied on write.
+    transcript: Arc<Vec<Message>>,
+    tool_calls: Arc<Vec<ToolCallRecord>>,
+    usage: Arc<Vec<Usage>>,
+    /// What this snapshot is known to share with a stored revision; not part of its value
+    /// (equality ignores it) and never serialized.
+    provenance: Option<Provenance>,
+    /// The redactor last applied to this snapshot (its address), if any.
+    redacted_by: Option<usize>,
+}
+
+impl PartialEq for SessionSnapshot {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && self.revision == other.revision
+            && self.created_at == other.created_at
+            && self.updated_at == other.updated_at
+            && self.options == other.options
+            && self.metadata == other.metadata
+            && self.transcript == other.transcript
+            && self.tool_calls == other.tool_calls
+            && self.usage == other.usage
+    }
+}
+
+/// How many transcript messages, tool-call records and usage entries a state has: the
+/// lengths of a snapshot's three growing lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Counts {
+    pub(crate) messages: usize,
+    pub(crate) tool_calls: usize,
+    pub(crate) usage: usize,
+}
+
+impl Counts {
+    /// Whether every count is at most `other`'s.
+    pub(crate) fn within(self, other: Counts) -> bool {
+        self.messages <= other.messages
+            && self.tool_calls <= other.tool_calls
+            && self.usage <= other.usage
+    }
+}
+
+/// What a snapshot is known to share with a stored revision, so a store can write only
+/// what changed.
+///
+/// Only this crate makes one: a store's `load`, and a [`Session`](crate::Session) after a
+/// successful save. Everything that can change a snapshot's leading elements (building,
+/// redaction that changes them) drops or narrows it, so the claim "the first `kept`
+/// elements are the stored ones" stays true. A store still checks the revision, creation
+/// time and stored counts before trusting it, and falls back to a full write otherwise.
+#[derive(Clone)]
+pub(crate) struct Provenance {
+    /// The stored revision this snapshot derives from.
+    pub(crate) revision: Revision,
+    /// The lengths stored at that revision.
+    pub(crate) stored: Counts,
+    /// How many leading elements of this snapshot equal the stored ones (at most
+    /// `stored`: a session replacing the placeholder results it saved before running its
+    /// tools keeps fewer than are stored).
+    pub(crate) kept: Counts,
+    /// The `updated_at` stored at that revision.
+    pub(crate) updated_at: DateTime<Utc>,
+    /// The options and metadata stored at that revision, to tell whether they changed.
+    pub(crate) options: Arc<PersistedOptions>,
+    pub(crate) metadata: Arc<Map<String, Value>>,
+    /// The redactor (its address) the stored copy was redacted with, when known: redacting
+    /// the kept messages with it again gives the stored ones.
+    pub(crate) redactor: Option<usize>,
+}
+
+impl std::fmt::Debug for Provenance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provenance")
+            .field("revision", &self.revision)
+            .field("stored", &self.stored)
+            .field("kept", &self.kept)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A change from one stored state to the next: keep the first `from` elements, append the
+/// rest, and replace options or metadata if given. A journal record holds one.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub(crate) revision: Revision,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) from: Counts,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) tool_calls: Vec<ToolCallRecord>,
+    pub(crate) usage: Vec<Usage>,
+    pub(crate) options: Option<PersistedOptions>,
+    pub(crate) metadata: Option<Map<String, Value>>,
 }
 
 /// The decoded JSON form; only [`SessionSnapshot::from_json`] turns it into a snapshot,
@@ -207,8 +300,9 @@ struct Decoded {
     usage: Vec<Usage>,
 }
 
-/// The encoded JSON form, borrowing from a snapshot so a store can write it under a new
-/// revision without copying the transcript.
+/// The encoded JSON form in one piece: what [`SessionSnapshot::to_json_with_revision`]
+/// writes part by part, kept to check that it writes the same bytes.
+#[cfg(test)]
 #[derive(Serialize)]
 struct Encoded<'a> {
     schema_version: u32,
@@ -223,6 +317,107 @@ struct Encoded<'a> {
     usage: &'a [Usage],
 }
 
+/// The fields of [`Encoded`] before the transcript, in the same order.
+#[derive(Serialize)]
+struct EncodedHead<'a> {
+    schema_version: u32,
+    id: &'a SessionId,
+    revision: Revision,
+    created_at: &'a DateTime<Utc>,
+    updated_at: &'a DateTime<Utc>,
+    options: &'a PersistedOptions,
+    metadata: &'a Map<String, Value>,
+}
+
+/// A transcript encoded as a JSON array, in one or more consecutive chunks.
+struct EncodedArray {
+    /// Each chunk is itself a JSON array of consecutive messages.
+    chunks: Vec<Vec<u8>>,
+    /// The total length of the chunks.
+    bytes: usize,
+    /// The deepest nesting in the array, counting the array itself.
+    depth: usize,
+}
+
+impl EncodedArray {
+    /// Writes the chunks as one array.
+    fn write_into(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        let mut first = true;
+        for chunk in &self.chunks {
+            let inner = &chunk[1..chunk.len() - 1];
+            if inner.is_empty() {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(inner);
+            first = false;
+        }
+        out.push(b']');
+    }
+}
+
+/// Transcripts with fewer messages than this are encoded on the calling thread: below it
+/// a thread costs more than it saves.
+const PARALLEL_MESSAGES: usize = 256;
+
+/// Encodes `messages` as a JSON array, splitting a long transcript between threads (at
+/// most 4, and no more than the machine has cores); the bytes are the same as
+/// `serde_json::to_vec(messages)`.
+fn encode_in_parallel(messages: &[Message]) -> serde_json::Result<EncodedArray> {
+    let threads = if messages.len() < PARALLEL_MESSAGES {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+    };
+    let encode = |part: &[Message]| -> serde_json::Result<(Vec<u8>, usize)> {
+        let bytes = serde_json::to_vec(part)?;
+        let depth = json::nesting_depth(&bytes);
+        Ok((bytes, depth))
+    };
+    let parts: Vec<&[Message]> = messages
+        .chunks(messages.len().div_ceil(threads).max(1))
+        .collect();
+    let results: Vec<serde_json::Result<(Vec<u8>, usize)>> = if parts.len() <= 1 {
+        vec![encode(messages)]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = parts[1..]
+                .iter()
+                .map(|part| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(scope, move || encode(part))
+                        .ok()
+                })
+                .collect();
+            let mut results = vec![encode(parts[0])];
+            for (part, handle) in parts[1..].iter().zip(handles) {
+                // A thread that could not start (or panicked) is done here instead.
+                results.push(
+                    handle
+                        .and_then(|h| h.join().ok())
+                        .unwrap_or_else(|| encode(part)),
+                );
+            }
+            results
+        })
+    };
+    let mut array = EncodedArray {
+        chunks: Vec::with_capacity(results.len()),
+        bytes: 0,
+        depth: 1,
+    };
+    for result in results {
+        let (bytes, depth) = result?;
+        array.bytes += bytes.len();
+        array.depth = array.depth.max(depth);
+        array.chunks.push(bytes);
+    }
+    Ok(array)
+}
+
 /// Just enough of a snapshot to tell which schema it claims, read when full decoding fails.
 #[derive(Deserialize)]
 struct VersionProbe {
@@ -235,6 +430,16 @@ struct Header {
     schema_version: u64,
     id: SessionId,
     revision: Revision,
+    created_at: DateTime<Utc>,
+}
+
+/// The header fields of an encoded snapshot: what a store needs to decide a
+/// compare-and-swap and to match a journal to its base.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SnapshotHeader {
+    pub(crate) id: SessionId,
+    pub(crate) revision: Revision,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl SessionSnapshot {
@@ -264,6 +469,14 @@ impl SessionSnapshot {
     ///   duplicate keys, invalid ids, or nesting deeper than 127 levels;
     /// - [`Error::Inconsistent`] if the content contradicts itself (see the type docs).
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        let snapshot = Self::decode_unvalidated(bytes)?;
+        snapshot.validate()?;
+        Ok(snapshot)
+    }
+
+    /// Decodes a snapshot without checking its invariants, for a store that applies
+    /// journal records first and validates the result once.
+    pub(crate) fn decode_unvalidated(bytes: &[u8]) -> Result<Self> {
         let decoded: Decoded = match serde_json::from_slice(bytes) {
             Ok(ObjectOnly(decoded)) => decoded,
             Err(source) => {
@@ -286,42 +499,62 @@ impl SessionSnapshot {
         if decoded.schema_version != u64::from(SCHEMA_VERSION) {
             return Err(unsupported(decoded.schema_version));
         }
-        let snapshot = SessionSnapshot {
+        Ok(SessionSnapshot {
             id: decoded.id,
             revision: decoded.revision,
             created_at: decoded.created_at,
             updated_at: decoded.updated_at,
             options: decoded.options,
             metadata: decoded.metadata,
-            transcript: decoded.transcript,
-            tool_calls: decoded.tool_calls,
-            usage: decoded.usage,
-        };
-        snapshot.validate()?;
-        Ok(snapshot)
+            transcript: Arc::new(decoded.transcript),
+            tool_calls: Arc::new(decoded.tool_calls),
+            usage: Arc::new(decoded.usage),
+            provenance: None,
+            redacted_by: None,
+        })
     }
 
-    /// Reads only the schema version, id and revision of an encoded snapshot, for stores
-    /// deciding a compare-and-swap. A snapshot this crate wrote starts with exactly those
-    /// fields, which are read from its first bytes without scanning the rest (on a 10 MB
-    /// snapshot the scan was about as costly as encoding the new one); anything else is
-    /// decoded as JSON, skipping the other fields.
-    pub(crate) fn peek_revision(bytes: &[u8]) -> Result<(SessionId, Revision)> {
-        if let Some((version, id, revision)) = canonical_header(bytes) {
+    /// Reads only the header of an encoded snapshot (schema version, id, revision, creation
+    /// time), for stores deciding a compare-and-swap. A snapshot this crate wrote starts
+    /// with exactly those fields, which are read from its first bytes without scanning the
+    /// rest (on a 10 MB snapshot the scan was about as costly as encoding the new one);
+    /// anything else is decoded as JSON, skipping the other fields. `Ok(None)` when `bytes`
+    /// is only the start of a snapshot whose header is not in canonical form.
+    pub(crate) fn peek_header(bytes: &[u8], whole: bool) -> Result<Option<SnapshotHeader>> {
+        if let Some((version, header)) = canonical_header(bytes) {
             if version != u64::from(SCHEMA_VERSION) {
                 return Err(unsupported(version));
             }
-            return Ok((id, revision));
+            return Ok(Some(header));
         }
-        let ObjectOnly(header): ObjectOnly<Header> =
-            serde_json::from_slice(bytes).map_err(|source| Error::Malformed {
-                location: Location::Bytes,
-                source,
-            })?;
+        if !whole {
+            return Ok(None);
+        }
+        let header: Header = match serde_json::from_slice(bytes) {
+            Ok(ObjectOnly(header)) => header,
+            Err(source) => {
+                if let Ok(VersionProbe {
+                    schema_version: Some(found),
+                }) = serde_json::from_slice(bytes)
+                {
+                    if found != u64::from(SCHEMA_VERSION) {
+                        return Err(unsupported(found));
+                    }
+                }
+                return Err(Error::Malformed {
+                    location: Location::Bytes,
+                    source,
+                });
+            }
+        };
         if header.schema_version != u64::from(SCHEMA_VERSION) {
             return Err(unsupported(header.schema_version));
         }
-        Ok((header.id, header.revision))
+        Ok(Some(SnapshotHeader {
+            id: header.id,
+            revision: header.revision,
+            created_at: header.created_at,
+        }))
     }
 
     /// Encodes the snapshot as compact JSON.
@@ -341,24 +574,42 @@ impl SessionSnapshot {
     ///
     /// As [`to_json`](Self::to_json).
     pub fn to_json_with_revision(&self, revision: Revision) -> Result<Vec<u8>> {
-        let encoded = Encoded {
-            schema_version: SCHEMA_VERSION,
-            id: &self.id,
-            revision,
-            created_at: &self.created_at,
-            updated_at: &self.updated_at,
-            options: &self.options,
-            metadata: &self.metadata,
-            transcript: &self.transcript,
-            tool_calls: &self.tool_calls,
-            usage: &self.usage,
-        };
-        let bytes = serde_json::to_vec(&encoded).map_err(|source| Error::Encode {
+        let failed = |source| Error::Encode {
             id: self.id.clone(),
             source,
-        })?;
-        // Never write what could not be read back: the decoder has a nesting limit.
-        let depth = json::nesting_depth(&bytes);
+        };
+        // Written part by part (the same bytes as one derived encoding), so the transcript,
+        // most of the bytes, can be encoded on several threads.
+        let transcript = encode_in_parallel(&self.transcript).map_err(failed)?;
+        let mut out = Vec::with_capacity(transcript.bytes + 4096);
+        serde_json::to_writer(
+            &mut out,
+            &EncodedHead {
+                schema_version: SCHEMA_VERSION,
+                id: &self.id,
+                revision,
+                created_at: &self.created_at,
+                updated_at: &self.updated_at,
+                options: &self.options,
+                metadata: &self.metadata,
+            },
+        )
+        .map_err(failed)?;
+        // Never write what could not be read back: the decoder has a nesting limit. The
+        // lists sit one level inside the top-level object.
+        let mut depth = json::nesting_depth(&out).max(1 + transcript.depth);
+        out.pop(); // the head's closing brace
+        out.extend_from_slice(b",\"transcript\":");
+        transcript.write_into(&mut out);
+        out.extend_from_slice(b",\"tool_calls\":");
+        let start = out.len();
+        serde_json::to_writer(&mut out, &*self.tool_calls).map_err(failed)?;
+        depth = depth.max(1 + json::nesting_depth(&out[start..]));
+        out.extend_from_slice(b",\"usage\":");
+        let start = out.len();
+        serde_json::to_writer(&mut out, &*self.usage).map_err(failed)?;
+        depth = depth.max(1 + json::nesting_depth(&out[start..]));
+        out.push(b'}');
         if depth > json::MAX_JSON_DEPTH {
             return Err(Error::TooDeep {
                 id: self.id.clone(),
@@ -366,7 +617,7 @@ impl SessionSnapshot {
                 limit: json::MAX_JSON_DEPTH,
             });
         }
-        Ok(bytes)
+        Ok(out)
     }
 
     /// The schema version of this snapshot's JSON form.
@@ -388,11 +639,31 @@ impl SessionSnapshot {
         self.revision
     }
 
-    /// Sets the revision. Stores call this on the snapshots they return; see
-    /// [`SessionStore`](crate::SessionStore).
+    /// Sets the revision.
+    ///
+    /// For a snapshot that derives from a stored state (loaded from a store, or extended
+    /// from one with [`with_appended`](Self::with_appended)), call it with the revision
+    /// that [`SessionStore::save`](crate::SessionStore::save) returned for it: the snapshot
+    /// then knows it is exactly what is stored at that revision, so saving it again,
+    /// extended, writes only the new part to stores that can (see
+    /// [`FileSessionStore`](crate::FileSessionStore)). Any other use (a snapshot from
+    /// [`builder`](Self::builder), or a revision other than the next one) just sets the
+    /// number, and the next save writes the whole snapshot.
     #[must_use]
     pub fn with_revision(mut self, revision: Revision) -> Self {
-        self.revision = revision;
+        if revision == self.revision {
+            return self;
+        }
+        let derives_from_stored = self
+            .provenance
+            .as_ref()
+            .is_some_and(|p| p.revision == self.revision);
+        if derives_from_stored && revision == self.revision.next() {
+            self.mark_stored(revision);
+        } else {
+            self.revision = revision;
+            self.provenance = None;
+        }
         self
     }
 
@@ -436,6 +707,193 @@ impl SessionSnapshot {
     #[must_use]
     pub fn usage(&self) -> &[Usage] {
         &self.usage
+    }
+
+    /// The lengths of the transcript, tool-call records and usage.
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            messages: self.transcript.len(),
+            tool_calls: self.tool_calls.len(),
+            usage: self.usage.len(),
+        }
+    }
+
+    /// The redactor (its address) last applied to this snapshot.
+    pub(crate) fn redacted_by(&self) -> Option<usize> {
+        self.redacted_by
+    }
+
+    /// What this snapshot is known to share with a stored revision.
+    pub(crate) fn provenance(&self) -> Option<&Provenance> {
+        self.provenance.as_ref()
+    }
+
+    /// Records that this snapshot is exactly what is stored at `revision` (a store calls
+    /// this on what it loads).
+    pub(crate) fn mark_stored(&mut self, revision: Revision) {
+        self.revision = revision;
+        self.provenance = Some(Provenance {
+            revision,
+            stored: self.counts(),
+            kept: self.counts(),
+            updated_at: self.updated_at,
+            options: Arc::new(self.options.clone()),
+            metadata: Arc::new(self.metadata.clone()),
+            redactor: self.redacted_by,
+        });
+    }
+
+    /// The change from the stored state this snapshot derives from to this snapshot, to be
+    /// stored at `revision`: `None` without provenance, or if the snapshot no longer has
+    /// the elements it claims to keep.
+    pub(crate) fn change_since_stored(&self, revision: Revision) -> Option<Change> {
+        let provenance = self.provenance.as_ref()?;
+        let kept = provenance.kept;
+        if !kept.within(provenance.stored) || !kept.within(self.counts()) {
+            return None;
+        }
+        Some(Change {
+            revision,
+            updated_at: self.updated_at,
+            from: kept,
+            messages: self.transcript[kept.messages..].to_vec(),
+            tool_calls: self.tool_calls[kept.tool_calls..].to_vec(),
+            usage: self.usage[kept.usage..].to_vec(),
+            options: (*provenance.options != self.options).then(|| self.options.clone()),
+            metadata: (*provenance.metadata != self.metadata).then(|| self.metadata.clone()),
+        })
+    }
+
+    /// Applies a stored change: the caller validates the result once all are applied.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inconsistent`] if the change keeps more elements than there are, or does
+    /// not follow the current revision.
+    pub(crate) fn apply_change(&mut self, change: Change) -> Result<()> {
+        if change.revision != self.revision.next() || self.revision.as_u64() == u64::MAX {
+            return Err(Error::inconsistent(format!(
+                "a journal record stores revision {} after revision {}; records must count up by one",
+                change.revision, self.revision
+            )));
+        }
+        if !change.from.within(self.counts()) {
+            return Err(Error::inconsistent(format!(
+                "a journal record for revision {} keeps {:?} of a state that has {:?}",
+                change.revision,
+                change.from,
+                self.counts()
+            )));
+        }
+        let transcript = Arc::make_mut(&mut self.transcript);
+        transcript.truncate(change.from.messages);
+        transcript.extend(change.messages);
+        let tool_calls = Arc::make_mut(&mut self.tool_calls);
+        tool_calls.truncate(change.from.tool_calls);
+        tool_calls.extend(change.tool_calls);
+        let usage = Arc::make_mut(&mut self.usage);
+        usage.truncate(change.from.usage);
+        usage.extend(change.usage);
+        if let Some(options) = change.options {
+            self.options = options;
+        }
+        if let Some(metadata) = change.metadata {
+            self.metadata = metadata;
+        }
+        self.updated_at = change.updated_at;
+        self.revision = change.revision;
+        Ok(())
+    }
+
+    /// This snapshot with `messages` appended and `usage` added for the completions that
+    /// produced them, at `updated_at`. Unlike building a new snapshot, it keeps what a
+    /// store knows about this one, so saving the result writes only the new part, and it
+    /// checks only the new messages (the ones already here are known to be consistent).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inconsistent`] if a new tool call has no result among the new messages, a
+    /// new result answers no new call, `updated_at` is before the creation time, or usage
+    /// totals would overflow.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ContentBlock, Message, MemorySessionStore, SessionId, SessionSnapshot,
+    ///     SessionStore, Usage};
+    ///
+    /// let store = MemorySessionStore::new();
+    /// let first = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+    ///     .transcript(vec![Message::user("hi")])
+    ///     .build()?;
+    /// store.save(&first)?;
+    /// let loaded = store.load(first.id())?;
+    /// let next = loaded.with_appended(
+    ///     vec![Message::assistant(vec![ContentBlock::text("hello")])],
+    ///     vec![Usage::new("m").with_tokens(3, 1)],
+    ///     chrono::Utc::now(),
+    /// )?;
+    /// assert_eq!(next.transcript().len(), 2);
+    /// store.save(&next)?;
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    pub fn with_appended(
+        mut self,
+        messages: Vec<Message>,
+        usage: Vec<Usage>,
+        updated_at: DateTime<Utc>,
+    ) -> Result<Self> {
+        let offset = self.transcript.len();
+        for (i, message) in messages.iter().enumerate() {
+            if message.wire.role.is_some()
+                && (message.role != Role::System
+                    || message.wire.role.as_deref() != Some("developer"))
+            {
+                return Err(Error::inconsistent(format!(
+                    "message {} has role {:?} with a role alias; only a system message may carry the alias \"developer\"",
+                    offset + i,
+                    message.role
+                )));
+            }
+        }
+        // Every call already here has its result, so new results can only answer new
+        // calls: pairing the new messages alone checks them completely.
+        let records: Vec<ToolCallRecord> = pair_tool_calls(&messages)
+            .map_err(|e| match e {
+                Error::Inconsistent { problem, .. } => Error::inconsistent(format!(
+                    "in the appended messages (numbered from 0): {problem}"
+                )),
+                other => other,
+            })?
+            .into_iter()
+            .map(|pair| ToolCallRecord {
+                call_id: pair.call.id.clone(),
+                tool_name: pair.call.name.clone(),
+                call_at: shift(pair.call_at, offset),
+                result_at: shift(pair.result_at, offset),
+                status: if pair.result.is_error {
+                    ToolCallStatus::Error
+                } else {
+                    ToolCallStatus::Ok
+                },
+            })
+            .collect();
+        if updated_at < self.created_at {
+            return Err(Error::inconsistent(format!(
+                "updated_at {updated_at} is before created_at {}",
+                self.created_at
+            )));
+        }
+        Arc::make_mut(&mut self.usage).extend(usage);
+        if UsageTotals::checked_sum(&self.usage).is_none() {
+            return Err(Error::inconsistent(
+                "usage totals overflow a 64-bit counter",
+            ));
+        }
+        Arc::make_mut(&mut self.transcript).extend(messages);
+        Arc::make_mut(&mut self.tool_calls).extend(records);
+        self.updated_at = updated_at;
+        Ok(self)
     }
 
     /// Usage summed over all completions.
@@ -491,13 +949,28 @@ impl SessionSnapshot {
     /// Applies `redactor` in place (see [`redacted`](Self::redacted)), for callers that
     /// already own a fresh copy.
     pub(crate) fn redact(&mut self, redactor: &dyn Redactor) {
+        let id = redactor_id(redactor);
         if let Some(prompt) = &mut self.options.system_prompt {
             redact::redact_string(redactor, prompt);
         }
         redact::redact_map(redactor, &mut self.metadata);
-        for message in &mut self.transcript {
-            redact::redact_message(redactor, message);
+        let kept = self.provenance.as_ref().map_or(0, |p| p.kept.messages);
+        let mut first_changed = None;
+        for (i, message) in Arc::make_mut(&mut self.transcript).iter_mut().enumerate() {
+            if redact::redact_message(redactor, message) && first_changed.is_none() {
+                first_changed = Some(i);
+            }
         }
+        // Messages a store already holds changed: they are still the stored ones only if
+        // the stored copy was redacted with this same redactor.
+        let stored_redacted_alike = self
+            .provenance
+            .as_ref()
+            .is_some_and(|p| p.redactor == Some(id));
+        if first_changed.is_some_and(|first| first < kept) && !stored_redacted_alike {
+            self.provenance = None;
+        }
+        self.redacted_by = Some(id);
     }
 
     /// A short title: the metadata's `"title"` string if set, otherwise the first line of
@@ -524,7 +997,7 @@ impl SessionSnapshot {
     }
 
     /// Checks every invariant described on the type.
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.options.max_turns == 0 {
             return Err(Error::inconsistent(
                 "options.max_turns is 0; it must be at least 1",
@@ -561,7 +1034,7 @@ impl SessionSnapshot {
                 self.tool_calls.len()
             )));
         }
-        for (pair, record) in pairs.iter().zip(&self.tool_calls) {
+        for (pair, record) in pairs.iter().zip(self.tool_calls.iter()) {
             if record.call_id != pair.call.id
                 || record.tool_name != pair.call.name
                 || record.call_at != pair.call_at
@@ -595,6 +1068,8 @@ impl SessionSnapshot {
             transcript: parts.transcript,
             tool_calls: parts.tool_calls,
             usage: parts.usage,
+            provenance: parts.provenance,
+            redacted_by: None,
         };
         debug_assert!(
             snapshot.validate().is_ok(),
@@ -616,6 +1091,7 @@ impl SessionSnapshot {
             transcript: self.transcript,
             tool_calls: self.tool_calls,
             usage: self.usage,
+            provenance: self.provenance,
         }
     }
 }
@@ -628,14 +1104,15 @@ pub(crate) struct SnapshotParts {
     pub(crate) updated_at: DateTime<Utc>,
     pub(crate) options: PersistedOptions,
     pub(crate) metadata: Map<String, Value>,
-    pub(crate) transcript: Vec<Message>,
-    pub(crate) tool_calls: Vec<ToolCallRecord>,
-    pub(crate) usage: Vec<Usage>,
+    pub(crate) transcript: Arc<Vec<Message>>,
+    pub(crate) tool_calls: Arc<Vec<ToolCallRecord>>,
+    pub(crate) usage: Arc<Vec<Usage>>,
+    pub(crate) provenance: Option<Provenance>,
 }
 
 /// The header as this crate's encoder writes it: `{"schema_version":V,"id":"ID",
-/// "revision":R,"created_at":` with no whitespace. `None` for any other form.
-fn canonical_header(bytes: &[u8]) -> Option<(u64, SessionId, Revision)> {
+/// "revision":R,"created_at":"T",` with no whitespace. `None` for any other form.
+fn canonical_header(bytes: &[u8]) -> Option<(u64, SnapshotHeader)> {
     let rest = bytes.strip_prefix(b"{\"schema_version\":")?;
     let (version, rest) = leading_u64(rest)?;
     let rest = rest.strip_prefix(b",\"id\":\"")?;
@@ -643,8 +1120,19 @@ fn canonical_header(bytes: &[u8]) -> Option<(u64, SessionId, Revision)> {
     let id = SessionId::parse(std::str::from_utf8(&rest[..end]).ok()?).ok()?;
     let rest = rest[end..].strip_prefix(b"\",\"revision\":")?;
     let (revision, rest) = leading_u64(rest)?;
-    rest.starts_with(b",\"created_at\":")
-        .then_some((version, id, Revision::from_u64(revision)))
+    let rest = rest.strip_prefix(b",\"created_at\":\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let created_at = DateTime::parse_from_rfc3339(std::str::from_utf8(&rest[..end]).ok()?)
+        .ok()?
+        .with_timezone(&Utc);
+    rest[end..].starts_with(b"\",").then_some((
+        version,
+        SnapshotHeader {
+            id,
+            revision: Revision::from_u64(revision),
+            created_at,
+        },
+    ))
 }
 
 /// A JSON unsigned integer at the start of `bytes` (no leading zeros, fits in 64 bits) and
@@ -663,6 +1151,19 @@ fn unsupported(found: u64) -> Error {
         location: Location::Bytes,
         found,
         supported: SCHEMA_VERSION,
+    }
+}
+
+/// Tells redactors apart by address: the same `Arc`'d redactor, applied save after save,
+/// has the same one.
+fn redactor_id(redactor: &dyn Redactor) -> usize {
+    std::ptr::from_ref(redactor).cast::<()>().addr()
+}
+
+fn shift(at: BlockPosition, messages: usize) -> BlockPosition {
+    BlockPosition {
+        message: at.message + messages,
+        block: at.block,
     }
 }
 
@@ -864,9 +1365,11 @@ impl SnapshotBuilder {
             updated_at: self.updated_at,
             options: self.options,
             metadata: self.metadata,
-            transcript: self.transcript,
-            tool_calls,
-            usage: self.usage,
+            transcript: Arc::new(self.transcript),
+            tool_calls: Arc::new(tool_calls),
+            usage: Arc::new(self.usage),
+            provenance: None,
+            redacted_by: None,
         };
         snapshot.validate()?;
         Ok(snapshot)
@@ -987,33 +1490,123 @@ mod tests {
     }
 
     #[test]
+    fn encoding_in_parts_and_on_threads_writes_the_bytes_of_one_encoding() {
+        for n in [0, 1, PARALLEL_MESSAGES - 1, PARALLEL_MESSAGES, 1001] {
+            let mut transcript = Vec::new();
+            for i in 0..n / 3 {
+                transcript.push(Message::user(format!("q{i} \"quoted\" \u{e9}")));
+                transcript.push(call(&format!("c{i}")));
+                transcript.push(Message::tool_result(ToolResult::new(
+                    format!("c{i}"),
+                    "{\"ok\":[1,2,{\"x\":null}]}",
+                )));
+            }
+            let snapshot = SessionSnapshot::builder(id(), "m")
+                .metadata_entry("nested", json!({"a": [[{"b": 1.5}]]}))
+                .transcript(transcript)
+                .usage(vec![Usage::new("m").with_tokens(3, 4)])
+                .build()
+                .unwrap();
+            let revision = Revision::from_u64(7);
+            let whole = serde_json::to_vec(&Encoded {
+                schema_version: SCHEMA_VERSION,
+                id: &snapshot.id,
+                revision,
+                created_at: &snapshot.created_at,
+                updated_at: &snapshot.updated_at,
+                options: &snapshot.options,
+                metadata: &snapshot.metadata,
+                transcript: &snapshot.transcript,
+                tool_calls: &snapshot.tool_calls,
+                usage: &snapshot.usage,
+            })
+            .unwrap();
+            let parts = snapshot.to_json_with_revision(revision).unwrap();
+            assert_eq!(
+                String::from_utf8(parts).unwrap(),
+                String::from_utf8(whole.clone()).unwrap(),
+                "{n} messages"
+            );
+        }
+    }
+
+    /// Deep enough that the whole document passes the limit.
+    const MAX_JSON_DEPTH_FOR_TEST: usize = json::MAX_JSON_DEPTH;
+
+    #[test]
+    fn too_deep_is_found_in_any_chunk_of_a_long_transcript() {
+        let mut deep = json!(1);
+        for _ in 0..MAX_JSON_DEPTH_FOR_TEST {
+            deep = json!([deep]);
+        }
+        let mut transcript = Vec::new();
+        for i in 0..PARALLEL_MESSAGES {
+            transcript.push(Message::user(format!("q{i}")));
+        }
+        transcript.push(Message::assistant(vec![ContentBlock::ToolCall(
+            ToolCall::new("deep", "f", deep),
+        )]));
+        transcript.push(Message::tool_result(ToolResult::new("deep", "ok")));
+        let snapshot = SessionSnapshot::builder(id(), "m")
+            .transcript(transcript)
+            .build()
+            .unwrap();
+        let whole = serde_json::to_vec(&Encoded {
+            schema_version: SCHEMA_VERSION,
+            id: &snapshot.id,
+            revision: Revision::NEW,
+            created_at: &snapshot.created_at,
+            updated_at: &snapshot.updated_at,
+            options: &snapshot.options,
+            metadata: &snapshot.metadata,
+            transcript: &snapshot.transcript,
+            tool_calls: &snapshot.tool_calls,
+            usage: &snapshot.usage,
+        })
+        .unwrap();
+        match snapshot.to_json() {
+            Err(Error::TooDeep { depth, .. }) => {
+                assert_eq!(depth, json::nesting_depth(&whole));
+            }
+            other => panic!("expected TooDeep, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn the_canonical_header_is_read_without_decoding_the_rest() {
         let snapshot = SessionSnapshot::builder(id(), "m")
             .build()
             .unwrap()
             .with_revision(Revision::from_u64(41));
+        let expected = SnapshotHeader {
+            id: id(),
+            revision: Revision::from_u64(41),
+            created_at: snapshot.created_at(),
+        };
         let bytes = snapshot.to_json().unwrap();
+        assert_eq!(canonical_header(&bytes), Some((1, expected.clone())));
+        // The head of the file is enough.
         assert_eq!(
-            canonical_header(&bytes),
-            Some((1, id(), Revision::from_u64(41)))
+            SessionSnapshot::peek_header(&bytes[..120], false).unwrap(),
+            Some(expected.clone())
         );
-        assert_eq!(
-            SessionSnapshot::peek_revision(&bytes).unwrap(),
-            (id(), Revision::from_u64(41))
-        );
-        // The fast path never answers for another form; the JSON path then does.
+        // The fast path never answers for another form; the JSON path then does, but only
+        // for a whole document.
         let pretty =
             serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&bytes).unwrap()).unwrap();
         assert_eq!(canonical_header(&pretty), None);
+        assert_eq!(SessionSnapshot::peek_header(&pretty, false).unwrap(), None);
         assert_eq!(
-            SessionSnapshot::peek_revision(&pretty).unwrap(),
-            (id(), Revision::from_u64(41))
+            SessionSnapshot::peek_header(&pretty, true).unwrap(),
+            Some(expected)
         );
         for odd in [
-            &br#"{"schema_version":01,"id":"t","revision":1,"created_at":"#[..],
-            br#"{"schema_version":1,"id":"T","revision":1,"created_at":"#,
-            br#"{"schema_version":1,"id":"t","revision":99999999999999999999,"created_at":"#,
+            &br#"{"schema_version":01,"id":"t","revision":1,"created_at":"2026-01-01T00:00:00Z","#[..],
+            br#"{"schema_version":1,"id":"T","revision":1,"created_at":"2026-01-01T00:00:00Z","#,
+            br#"{"schema_version":1,"id":"t","revision":99999999999999999999,"created_at":"2026-01-01T00:00:00Z","#,
             br#"{"schema_version":1,"id":"t","revision":1}"#,
+            br#"{"schema_version":1,"id":"t","revision":1,"created_at":"yesterday","#,
+            br#"{"schema_version":1,"id":"t","revision":1,"created_at":"2026-01-01T00:00:00Z"}"#,
         ] {
             assert_eq!(
                 canonical_header(odd),
@@ -1024,7 +1617,7 @@ mod tests {
         }
         let newer = br#"{"schema_version":2,"id":"t","revision":1,"created_at":"x"}"#;
         assert!(matches!(
-            SessionSnapshot::peek_revision(newer),
+            SessionSnapshot::peek_header(newer, true),
             Err(Error::UnsupportedSchemaVersion { found: 2, .. })
         ));
     }

@@ -17,7 +17,8 @@ pub(crate) enum ReplaceError {
     NotDurable(io::Error),
 }
 
-/// Replaces `target` (in `dir`) with `bytes`.
+/// Replaces `target` (in `dir`) with `bytes`; with `durable` false, nothing is fsynced
+/// (the rename is still atomic).
 ///
 /// Before the rename, any failure removes the temporary file and leaves `target` exactly
 /// as it was. After the rename the new content is in place; if the directory fsync then
@@ -28,6 +29,7 @@ pub(crate) fn replace(
     target: &Path,
     temp_prefix: &str,
     bytes: &[u8],
+    durable: bool,
 ) -> Result<(), ReplaceError> {
     let (mut file, temp) = fs
         .create_temp(dir, temp_prefix)
@@ -37,7 +39,13 @@ pub(crate) fn replace(
         .map_err(|e| Error::io("write", &temp, e))
         // A failed fsync is never retried: after a failure the kernel may have dropped the
         // dirty pages, so a second fsync could "succeed" without the data.
-        .and_then(|()| fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e)));
+        .and_then(|()| {
+            if durable {
+                fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e))
+            } else {
+                Ok(())
+            }
+        });
     drop(file);
     let renamed = written.and_then(|()| {
         fs.rename(&temp, target)
@@ -48,5 +56,8 @@ pub(crate) fn replace(
         let _ = fs.remove_file(&temp);
         return Err(ReplaceError::Unchanged(err));
     }
-    fs.sync_dir(dir).map_err(ReplaceError::NotDurable)
+    if durable {
+        fs.sync_dir(dir).map_err(ReplaceError::NotDurable)?;
+    }
+    Ok(())
 }

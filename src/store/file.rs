@@ -1,17 +1,23 @@
 //! `FileSessionStore`: one JSON file per session in a private directory.
 
-use std::fs::File;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fs::{File, Metadata};
 use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use chrono::{DateTime, Utc};
+
 use super::atomic::{self, ReplaceError};
 use super::fs::{FileSystem, OsFileSystem};
+use super::journal::{self, JournalHeader, JOURNAL_VERSION};
+use super::summary::{self, Stamp, MAX_SUMMARY_BYTES};
 use super::{check_revision, Revision, SessionList, SessionStore, SessionSummary};
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{Counts, SessionSnapshot};
 
 /// The default largest snapshot file the store reads or writes: 256 MiB.
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
@@ -20,27 +26,101 @@ pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
 const LOCK_FILE: &str = ".lock";
 /// Suffix of snapshot files.
 const SNAPSHOT_SUFFIX: &str = ".json";
+/// Suffix of journal files.
+const JOURNAL_SUFFIX: &str = ".journal";
+/// Suffix of summary files.
+const SUMMARY_SUFFIX: &str = ".summary";
 /// Suffix of temporary files; their names start with a dot, so they are never sessions.
 const TEMP_SUFFIX: &str = ".tmp";
+/// How much of a base snapshot a save reads to find its header.
+const HEAD_BYTES: usize = 4096;
+/// A journal is folded into a new base snapshot once it would grow past the larger of
+/// this and an eighth of the base, so a session never takes more than about 1.125 times
+/// its snapshot's size on disk, and compaction rewrites the history once per eighth of
+/// growth rather than once per record.
+const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
+/// See [`MIN_JOURNAL_BYTES`].
+const JOURNAL_FRACTION: u64 = 8;
+/// Sessions whose stored state a store remembers between saves; past this the memory is
+/// dropped and rebuilt from the files as needed.
+const KNOWN_SESSIONS: usize = 4096;
 
-/// A [`SessionStore`] that keeps each session in one JSON file, `<dir>/<id>.json`.
+/// How hard a [`FileSessionStore`] works to make each save survive a power loss.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{Durability, FileSessionStore};
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = FileSessionStore::builder()
+///     .durability(Durability::Buffered)
+///     .open(dir.path())?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every save is fsynced (the file, and the directory when an entry changes) before
+    /// it returns: once `save` returns, the session survives a crash of the process, the
+    /// OS or the machine. The default.
+    #[default]
+    Sync,
+    /// Saves write to the OS and return without fsync: they survive a crash of the
+    /// process (the OS still has them), but not necessarily a power cut or an OS crash.
+    /// Then the last few seconds of saves may be lost, and because the OS may write a
+    /// journal's pages out of order, a session's journal may even come back with a hole
+    /// in it, which loading refuses as corrupt (removing `<id>.journal` goes back to the
+    /// last full snapshot). Use it when saves are frequent and that is acceptable; see the
+    /// README's "Performance" section for what it saves.
+    Buffered,
+}
+
+/// A [`SessionStore`] that keeps each session in a JSON snapshot, `<dir>/<id>.json`, plus
+/// an append-only journal of the changes saved since, `<dir>/<id>.journal`.
+///
+/// # Incremental saves
+///
+/// Saving a snapshot that derives from the stored state (loaded from this store, or made
+/// by a [`Session`](crate::Session) after it saved here, then extended) appends only what
+/// changed, as one checksummed record, to the journal: saving one more turn costs about
+/// the same whatever the length of the history. Anything else (a snapshot made with
+/// [`SessionSnapshot::builder`], edited history) rewrites the whole snapshot, and so does
+/// the save that would grow the journal past the larger of 64 KiB and an eighth of the
+/// snapshot: the journal is then emptied, so a session never takes much more than its
+/// snapshot's size on disk. Loading applies the journal's records to the snapshot.
+/// Revisions and conflicts work the same either way. The layout is documented in
+/// `docs/FORMAT.md`.
 ///
 /// # Durability
 ///
-/// [`save`](SessionStore::save) returns only after the new snapshot is durable: it is
-/// written to a temporary file in the same directory, fsynced, renamed over the old file,
-/// and the directory is fsynced. A crash at any point leaves either the old or the new
-/// snapshot, never a mix; leftover temporary files are never listed as sessions and are
+/// With [`Durability::Sync`] (the default), [`save`](SessionStore::save) returns only
+/// after the new state is durable. An append writes the record after the journal's last
+/// intact record (cutting off any torn tail a crash left) and `fdatasync`s it; a full save
+/// writes a temporary file in the same directory, fsyncs it, renames it over the old
+/// snapshot and fsyncs the directory. A crash at any point leaves either the old or the new
+/// state, never a mix: a partly written record is a torn tail, ignored when loading and cut
+/// before the next append; leftover temporary files are never listed as sessions and are
 /// removed the next time a store is opened on the directory.
 ///
-/// If the directory fsync fails after the rename, the new snapshot is in place but may not
-/// survive a power loss: `save` then returns [`Error::NotDurable`] with the stored
-/// revision, and the next successful save makes it durable. A delete whose directory fsync
-/// fails returns [`Error::Io`] saying so, with the file already removed.
+/// If the directory fsync fails after the rename (or after a new journal file is
+/// created), the new state is in place but may not survive a power loss: `save` then
+/// returns [`Error::NotDurable`] with the stored revision, and the next successful save
+/// makes it durable. A delete whose directory fsync fails returns [`Error::Io`] saying so,
+/// with the files already removed. With [`Durability::Buffered`] nothing is fsynced.
 ///
 /// Saves and deletes take an exclusive lock on `<dir>/.lock`, so compare-and-swap holds
 /// between threads and between processes on the same machine. Loads take no lock: they
-/// always see a whole snapshot because files are only ever replaced by rename.
+/// read the snapshot and then the journal, and read both again if a concurrent save
+/// replaced the snapshot meanwhile.
+///
+/// # Listing
+///
+/// Every save also rewrites `<dir>/<id>.summary`, a small file with what
+/// [`list`](SessionStore::list) shows, so listing reads a few hundred bytes per session
+/// whatever the transcripts' sizes. It is a cache (written without fsync) that names the
+/// exact files it describes; a listing reads the session itself when the summary is
+/// missing, damaged or out of date.
 ///
 /// # Security
 ///
@@ -88,10 +168,40 @@ pub struct FileSessionStore {
     /// every file this store writes does.
     owner_uid: u32,
     max_snapshot_bytes: u64,
+    durability: Durability,
     fs: Arc<dyn FileSystem>,
     /// The lock file, opened once. `flock` locks belong to an open file description, so the
     /// mutex keeps two threads of this process from both "holding" it at once.
     lock_file: Mutex<File>,
+    /// What this store last saw stored for each session it saved, valid while the files'
+    /// identities (inode, size, modification time) are unchanged. It spares a save reading
+    /// the journal to find where it ends; only taken under the write lock.
+    known: Mutex<HashMap<SessionId, Known>>,
+    /// The summaries the last listings read, with the files they were read from; a listing
+    /// reuses one while none of those files changed.
+    listed: Mutex<HashMap<SessionId, (ListedFiles, SessionSummary)>>,
+}
+
+/// The stored state of a session, as far as a save needs it.
+#[derive(Debug, Clone)]
+struct Known {
+    base: Stamp,
+    journal: Option<Stamp>,
+    /// The stored revision: the last journal record's, or the base's.
+    revision: Revision,
+    created_at: DateTime<Utc>,
+    /// The stored lengths, when known (always, if the journal holds records).
+    counts: Option<Counts>,
+    /// Where the journal's intact records end, if it holds records for this base; `None`
+    /// when there is no journal or it belongs to an older base.
+    journal_end: Option<u64>,
+    /// Whether the base is private (mode 0600); a save rewrites one that is not.
+    base_private: bool,
+    /// The base's own revision (the journal's records come after it).
+    base_revision: Revision,
+    /// Whether the whole state was read and verified (or written by this store), so a
+    /// record may be appended to it.
+    verified: bool,
 }
 
 /// Configures a [`FileSessionStore`]. Made by [`FileSessionStore::builder`].
@@ -110,6 +220,7 @@ pub struct FileSessionStore {
 #[derive(Debug, Clone)]
 pub struct FileStoreBuilder {
     max_snapshot_bytes: u64,
+    durability: Durability,
 }
 
 impl FileStoreBuilder {
@@ -120,17 +231,19 @@ impl FileStoreBuilder {
         self
     }
 
+    /// Sets how saves are flushed to disk (default [`Durability::Sync`]).
+    pub fn durability(&mut self, durability: Durability) -> &mut Self {
+        self.durability = durability;
+        self
+    }
+
     /// Opens (creating if needed) the store in `dir`.
     ///
     /// # Errors
     ///
     /// As [`FileSessionStore::open`].
     pub fn open(&self, dir: impl AsRef<Path>) -> Result<FileSessionStore> {
-        FileSessionStore::open_with(
-            dir.as_ref(),
-            self.max_snapshot_bytes,
-            Arc::new(OsFileSystem),
-        )
+        FileSessionStore::open_configured(dir.as_ref(), self, Arc::new(OsFileSystem))
     }
 }
 
@@ -172,6 +285,7 @@ impl FileSessionStore {
     pub fn builder() -> FileStoreBuilder {
         FileStoreBuilder {
             max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+            durability: Durability::default(),
         }
     }
 
@@ -188,11 +302,25 @@ impl FileSessionStore {
         self.root.join(format!("{id}{SNAPSHOT_SUFFIX}"))
     }
 
+    /// Opens with default settings but the given size limit, through `fs` (for tests that
+    /// inject faults).
+    #[cfg(test)]
     pub(super) fn open_with(
         dir: &Path,
         max_snapshot_bytes: u64,
         fs: Arc<dyn FileSystem>,
     ) -> Result<Self> {
+        let mut settings = FileSessionStore::builder();
+        settings.max_snapshot_bytes(max_snapshot_bytes);
+        FileSessionStore::open_configured(dir, &settings, fs)
+    }
+
+    pub(super) fn open_configured(
+        dir: &Path,
+        settings: &FileStoreBuilder,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<Self> {
+        let max_snapshot_bytes = settings.max_snapshot_bytes;
         if max_snapshot_bytes == 0 {
             return Err(Error::InvalidArgument {
                 reason: "max_snapshot_bytes must be at least 1".to_owned(),
@@ -248,8 +376,11 @@ impl FileSessionStore {
             root_identity: (meta.dev(), meta.ino()),
             owner_uid: rustix::process::geteuid().as_raw(),
             max_snapshot_bytes,
+            durability: settings.durability,
             fs,
             lock_file: Mutex::new(lock_file),
+            known: Mutex::new(HashMap::new()),
+            listed: Mutex::new(HashMap::new()),
         };
         store.remove_leftover_temp_files()?;
         Ok(store)
@@ -314,25 +445,42 @@ impl FileSessionStore {
         Ok(())
     }
 
-    /// Reads the file of `id` after checking it is a plain, singly linked regular file
-    /// within the size limit, and that the path still names that file once it has been
-    /// read; `Ok(None)` if there is none.
+    /// The journal of session `id`: `<dir>/<id>.journal`.
+    fn journal_path(&self, id: &SessionId) -> PathBuf {
+        self.root.join(format!("{id}{JOURNAL_SUFFIX}"))
+    }
+
+    /// The listing summary of session `id`: `<dir>/<id>.summary`.
+    fn summary_path(&self, id: &SessionId) -> PathBuf {
+        self.root.join(format!("{id}{SUMMARY_SUFFIX}"))
+    }
+
+    fn durable(&self) -> bool {
+        self.durability == Durability::Sync
+    }
+
+    /// Reads `path` (all of it, or with `head` only its first bytes) after checking it is
+    /// a plain, singly linked regular file of ours within `limit`, and that the path still
+    /// names that file once it has been read; `Ok(None)` if there is none. Returns the
+    /// bytes and the metadata of the file read.
     ///
-    /// The last check closes a race: a hard link to an outside file, planted as `<id>.json`
-    /// and removed again between our open and our `fstat`, would otherwise pass the
+    /// The last check closes a race: a hard link to an outside file, planted under our
+    /// name and removed again between our open and our `fstat`, would otherwise pass the
     /// link-count check. A file replaced by a concurrent save while it is read is simply
     /// read again.
-    fn read_bytes(&self, id: &SessionId) -> Result<Option<(PathBuf, Vec<u8>)>> {
+    fn read_checked(
+        &self,
+        path: &Path,
+        limit: u64,
+        head: bool,
+    ) -> Result<Option<(Vec<u8>, Metadata)>> {
         const ATTEMPTS: usize = 3;
-        let path = self.path_of(id);
         for _ in 0..ATTEMPTS {
-            let Some((bytes, file)) = self.read_file(&path)? else {
+            let Some((bytes, file)) = self.read_file(path, limit, head)? else {
                 return Ok(None);
             };
-            let opened = file
-                .metadata()
-                .map_err(|e| Error::io("inspect", &path, e))?;
-            match self.fs.symlink_metadata(&path) {
+            let opened = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
+            match self.fs.symlink_metadata(path) {
                 // The link count is read again through the open file: a path lookup can
                 // see a link count that an unlink racing with it has already lowered.
                 Ok(now)
@@ -341,104 +489,730 @@ impl FileSessionStore {
                         && now.nlink() == 1
                         && file
                             .metadata()
-                            .map_err(|e| Error::io("inspect", &path, e))?
+                            .map_err(|e| Error::io("inspect", path, e))?
                             .nlink()
                             == 1 =>
                 {
-                    return Ok(Some((path, bytes)));
+                    return Ok(Some((bytes, opened)));
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("inspect", &path, e)),
+                Err(e) => return Err(Error::io("inspect", path, e)),
             }
         }
         Err(Error::Insecure {
-            path,
-            reason: "the snapshot's name kept pointing at another file while it was read; if another program writes the store, retry, otherwise look for planted links",
+            path: path.to_path_buf(),
+            reason: "the name kept pointing at another file while it was read; if another program writes the store, retry, otherwise look for planted links",
         })
     }
 
-    /// One read of `path`: its bytes and the open file they came from.
-    fn read_file(&self, path: &Path) -> Result<Option<(Vec<u8>, File)>> {
-        let path = path.to_path_buf();
-        let mut file = match self.fs.open_read(&path) {
+    /// Opens `path` for reading or writing and checks, on the open file, that it is a
+    /// regular file of ours with one link; `Ok(None)` if there is none.
+    fn open_checked(&self, path: &Path, write: bool) -> Result<Option<(File, Metadata)>> {
+        let opened = if write {
+            self.fs.open_write(path)
+        } else {
+            self.fs.open_read(path)
+        };
+        let file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) if is_symlink_error(&e) => {
                 return Err(Error::Insecure {
-                    path,
-                    reason: "the snapshot is a symbolic link, which is never followed; remove it",
+                    path: path.to_path_buf(),
+                    reason: "it is a symbolic link, which is never followed; remove it",
                 })
             }
-            Err(e) => return Err(Error::io("open", &path, e)),
+            Err(e) => return Err(Error::io("open", path, e)),
         };
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io("inspect", &path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
+        self.check_file(path, &meta)?;
+        // A file loosened by another program is made private again before it is written.
+        if write && !is_private(meta.permissions().mode()) {
+            self.fs
+                .set_file_private(&file)
+                .map_err(|e| Error::io("make private (chmod 600)", path, e))?;
+        }
+        Ok(Some((file, meta)))
+    }
+
+    /// Whether `meta` (from `lstat`) is a regular, singly linked, private file of ours: what
+    /// the store wrote, unchanged in those respects.
+    fn is_plain(&self, meta: &Metadata) -> bool {
+        meta.is_file()
+            && meta.nlink() == 1
+            && meta.uid() == self.owner_uid
+            && is_private(meta.permissions().mode())
+    }
+
+    /// The checks every file the store reads must pass.
+    fn check_file(&self, path: &Path, meta: &Metadata) -> Result<()> {
+        let insecure = |reason| {
+            Err(Error::Insecure {
+                path: path.to_path_buf(),
+                reason,
+            })
+        };
         if !meta.is_file() {
-            return Err(Error::Insecure {
-                path,
-                reason: "it is not a regular file",
-            });
+            return insecure("it is not a regular file");
         }
         if meta.nlink() > 1 {
-            return Err(Error::Insecure {
-                path,
-                reason: "the snapshot has more than one hard link, so another name could alias it; remove the other links",
-            });
+            return insecure("it has more than one hard link, so another name could alias it; remove the other links");
         }
         // Checked on the open file, so no race can swap it: a file of another user (a hard
-        // link to it, planted as a snapshot) is never read on that user's behalf.
+        // link to it, planted in the store) is never read on that user's behalf.
         if meta.uid() != self.owner_uid {
-            return Err(Error::Insecure {
-                path,
-                reason: "the snapshot belongs to another user than the one running this store, so this store did not write it",
-            });
+            return insecure("it belongs to another user than the one running this store, so this store did not write it");
         }
-        let too_large = |size_bytes| Error::TooLarge {
-            path: path.clone(),
-            size_bytes,
-            limit_bytes: self.max_snapshot_bytes,
+        Ok(())
+    }
+
+    /// One read of `path`: its bytes (the first [`HEAD_BYTES`] with `head`) and the open
+    /// file they came from.
+    fn read_file(&self, path: &Path, limit: u64, head: bool) -> Result<Option<(Vec<u8>, File)>> {
+        let Some((mut file, meta)) = self.open_checked(path, false)? else {
+            return Ok(None);
         };
-        if meta.len() > self.max_snapshot_bytes {
+        let too_large = |size_bytes| Error::TooLarge {
+            path: path.to_path_buf(),
+            size_bytes,
+            limit_bytes: limit,
+        };
+        if meta.len() > limit {
             return Err(too_large(meta.len()));
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        // The file may grow between fstat and read; never read more than the limit.
+        let cap = if head {
+            HEAD_BYTES as u64
+        } else {
+            // The file may grow between fstat and read; never read more than the limit.
+            limit.saturating_add(1)
+        };
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(cap)).unwrap_or(0));
         (&mut file)
-            .take(self.max_snapshot_bytes.saturating_add(1))
+            .take(cap)
             .read_to_end(&mut bytes)
-            .map_err(|e| Error::io("read", &path, e))?;
+            .map_err(|e| Error::io("read", path, e))?;
         let read = bytes.len() as u64;
-        if read > self.max_snapshot_bytes {
+        if !head && read > limit {
             return Err(too_large(read));
         }
         Ok(Some((bytes, file)))
     }
 
-    /// Reads and verifies the snapshot of `id`; `Ok(None)` if there is none.
+    /// Reads and verifies the state of `id` (its base snapshot and the records of its
+    /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
     fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
-        let Some((path, bytes)) = self.read_bytes(id)? else {
-            return Ok(None);
-        };
-        let snapshot =
-            SessionSnapshot::from_json(&bytes).map_err(|e| e.at(&Location::file(&path)))?;
-        check_embedded_id(&path, id, snapshot.id())?;
-        Ok(Some(snapshot))
+        Ok(self.read_state(id)?.map(|(snapshot, known)| {
+            if let Some(known) = known {
+                self.remember(id, known);
+            }
+            snapshot
+        }))
     }
 
-    /// The revision of the stored snapshot of `id`, for a compare-and-swap. Checks the
-    /// file as `read` does, but decodes only the header (schema version, id, revision);
-    /// the rest is not verified.
-    fn stored_revision(&self, id: &SessionId) -> Result<Option<Revision>> {
-        let Some((path, bytes)) = self.read_bytes(id)? else {
+    /// [`read`](Self::read), also returning what a save needs to know of the state read,
+    /// when the files did not change while they were read.
+    fn read_state(&self, id: &SessionId) -> Result<Option<(SessionSnapshot, Option<Known>)>> {
+        const ATTEMPTS: usize = 3;
+        let path = self.path_of(id);
+        let journal_path = self.journal_path(id);
+        for _ in 0..ATTEMPTS {
+            let Some((bytes, base)) = self.read_checked(&path, self.max_snapshot_bytes, false)?
+            else {
+                return Ok(None);
+            };
+            let mut snapshot = SessionSnapshot::decode_unvalidated(&bytes)
+                .map_err(|e| e.at(&Location::file(&path)))?;
+            drop(bytes);
+            check_embedded_id(&path, id, snapshot.id())?;
+            let base_revision = snapshot.revision();
+            let mut journal_stamp = None;
+            let mut journal_end = None;
+            let mut unchanged = true;
+            if let Some((journal, meta)) =
+                self.read_checked(&journal_path, self.max_snapshot_bytes, false)?
+            {
+                journal_end = apply_journal(&mut snapshot, &journal)
+                    .map_err(|e| e.at(&Location::file(&journal_path)))?;
+                // The stamp is from before the read: if the journal grew meanwhile, what
+                // was read is not what the stamp names.
+                unchanged = journal.len() as u64 == meta.len();
+                journal_stamp = Some(Stamp::of(&meta));
+            }
+            // A compaction may have replaced the base (and emptied the journal) while we
+            // read: the journal read belongs to the new base then, so read both again.
+            match self.fs.symlink_metadata(&path) {
+                Ok(now) if (now.dev(), now.ino()) == (base.dev(), base.ino()) => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(Error::io("inspect", &path, e)),
+            }
+            snapshot
+                .validate()
+                .map_err(|e| e.at(&Location::file(&path)))?;
+            let revision = snapshot.revision();
+            snapshot.mark_stored(revision);
+            let known = unchanged.then(|| Known {
+                base: Stamp::of(&base),
+                journal: journal_stamp,
+                base_revision,
+                revision,
+                created_at: snapshot.created_at(),
+                counts: Some(snapshot.counts()),
+                journal_end: journal_end.map(|end| end as u64),
+                base_private: is_private(base.permissions().mode()),
+                verified: true,
+            });
+            return Ok(Some((snapshot, known)));
+        }
+        Err(Error::Insecure {
+            path,
+            reason: "the session kept changing while it was read; if another program writes the store, retry",
+        })
+    }
+
+    /// The stored state of `id`, for a save. Called under the write lock.
+    ///
+    /// From memory if the files are the ones this store last saw (same inode, size and
+    /// times, no torn tail, and the base's header still says the same revision). Otherwise,
+    /// with `verify` (the save may append), by reading and verifying the whole state, so a
+    /// record is only ever appended to a state that loads; without it, or if the state
+    /// does not load, from the base's header and the journal's records, which is enough
+    /// to decide the compare-and-swap of a full rewrite (and lets a save repair a base
+    /// damaged past its header).
+    fn stored_state(&self, id: &SessionId, verify: bool) -> Result<Option<Known>> {
+        let path = self.path_of(id);
+        let journal_path = self.journal_path(id);
+        let base_meta = match self.fs.symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("inspect", &path, e)),
+        };
+        let journal_meta = match self.fs.symlink_metadata(&journal_path) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io("inspect", &journal_path, e)),
+        };
+        let cached = self.known_sessions().get(id).cloned();
+        if let Some(known) = cached {
+            let same_files = known.base == Stamp::of(&base_meta)
+                && known.journal == journal_meta.as_ref().map(Stamp::of)
+                && self.is_plain(&base_meta)
+                && journal_meta.as_ref().is_none_or(|m| {
+                    // Anything past the intact records (a torn tail, an old base's records)
+                    // could have been replaced by as many new bytes: read it again.
+                    self.is_plain(m) && m.len() == known.journal_end.unwrap_or(0)
+                });
+            if same_files && self.base_header_is(id, &known)? {
+                return Ok(Some(known));
+            }
+        }
+        if verify {
+            if let Ok(Some((_, Some(known)))) = self.read_state(id) {
+                self.remember(id, known.clone());
+                return Ok(Some(known));
+            }
+        }
+        self.forget(id);
+        let mut known = self.read_stored_state(id)?;
+        if let Some(known) = &mut known {
+            // A base loosened by another program (say 0644) must not be kept: the save
+            // writes a new, private one instead of appending.
+            known.base_private = is_private(base_meta.permissions().mode());
+        }
+        Ok(known)
+    }
+
+    /// Whether the base of `id` still starts with the revision and creation time `known`
+    /// has for it: inode numbers are reused and timestamps can be coarse, so equal stamps
+    /// alone could name a base written since by another process.
+    fn base_header_is(&self, id: &SessionId, known: &Known) -> Result<bool> {
+        let path = self.path_of(id);
+        let Some((head, _)) = self.read_checked(&path, self.max_snapshot_bytes, true)? else {
+            return Ok(false);
+        };
+        Ok(matches!(
+            SessionSnapshot::peek_header(&head, head.len() < HEAD_BYTES),
+            Ok(Some(header)) if header.id == *id
+                && header.revision == known.base_revision
+                && header.created_at == known.created_at
+        ))
+    }
+
+    /// [`stored_state`](Self::stored_state) read from the files.
+    fn read_stored_state(&self, id: &SessionId) -> Result<Option<Known>> {
+        let path = self.path_of(id);
+        let Some((head, base)) = self.read_checked(&path, self.max_snapshot_bytes, true)? else {
             return Ok(None);
         };
-        let (found, revision) =
-            SessionSnapshot::peek_revision(&bytes).map_err(|e| e.at(&Location::file(&path)))?;
-        check_embedded_id(&path, id, &found)?;
+        let header = match SessionSnapshot::peek_header(&head, head.len() < HEAD_BYTES) {
+            Ok(Some(header)) => header,
+            // Not in the form this crate writes: decode the header from the whole file.
+            Ok(None) => {
+                let Some((bytes, _)) = self.read_checked(&path, self.max_snapshot_bytes, false)?
+                else {
+                    return Ok(None);
+                };
+                SessionSnapshot::peek_header(&bytes, true)
+                    .map_err(|e| e.at(&Location::file(&path)))?
+                    .ok_or_else(|| Error::inconsistent("the snapshot has no header"))?
+            }
+            Err(e) => return Err(e.at(&Location::file(&path))),
+        };
+        check_embedded_id(&path, id, &header.id)?;
+        let mut known = Known {
+            base: Stamp::of(&base),
+            journal: None,
+            revision: header.revision,
+            created_at: header.created_at,
+            counts: None,
+            journal_end: None,
+            base_private: true,
+            base_revision: header.revision,
+            // Only the header and the records' framing were read: enough for a
+            // compare-and-swap, not to append to.
+            verified: false,
+        };
+        let journal_path = self.journal_path(id);
+        let Some((bytes, meta)) =
+            self.read_checked(&journal_path, self.max_snapshot_bytes, false)?
+        else {
+            return Ok(Some(known));
+        };
+        known.journal = Some(Stamp::of(&meta));
+        let at_journal = |e: Error| e.at(&Location::file(&journal_path));
+        let frames = journal::split(&bytes).map_err(at_journal)?;
+        let Some(((_, first), records)) = frames.frames.split_first() else {
+            return Ok(Some(known));
+        };
+        let journal_header = journal::decode_header(first).map_err(at_journal)?;
+        if !journal_follows(&journal_header, id, header.revision, header.created_at) {
+            return Ok(Some(known));
+        }
+        let mut counts = journal_header.base;
+        let mut revision = header.revision;
+        for (_, payload) in records {
+            let change = journal::decode_record(payload).map_err(at_journal)?;
+            if change.revision != revision.next() || !change.from.within(counts) {
+                return Err(at_journal(Error::inconsistent(format!(
+                    "the record of revision {} does not follow revision {revision} with {counts:?}",
+                    change.revision
+                ))));
+            }
+            counts = journal::counts_after(&change);
+            revision = change.revision;
+        }
+        known.revision = revision;
+        known.counts = Some(counts);
+        known.journal_end = Some(frames.valid_end as u64);
+        Ok(Some(known))
+    }
+
+    fn known_sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Known>> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn remember(&self, id: &SessionId, known: Known) {
+        let mut sessions = self.known_sessions();
+        if sessions.len() >= KNOWN_SESSIONS && !sessions.contains_key(id) {
+            sessions.clear();
+        }
+        sessions.insert(id.clone(), known);
+    }
+
+    fn forget(&self, id: &SessionId) {
+        self.known_sessions().remove(id);
+    }
+
+    /// Appends `snapshot`'s change since what is stored to the journal, if the snapshot
+    /// knows it derives from exactly the stored state and the journal stays within its
+    /// bound; `Ok(None)` if a full write is needed instead.
+    fn try_append(
+        &self,
+        snapshot: &SessionSnapshot,
+        stored: &Known,
+        record: &[u8],
+    ) -> Result<Option<Revision>> {
+        let id = snapshot.id();
+        let revision = stored.revision.next();
+        let Some(provenance) = snapshot.provenance() else {
+            return Ok(None);
+        };
+        if !stored.verified
+            || !stored.base_private
+            || provenance.revision != stored.revision
+            || snapshot.created_at() != stored.created_at
+            || stored.counts != Some(provenance.stored)
+        {
+            return Ok(None);
+        }
+        // A live journal is appended to; otherwise a new one starts with a header naming
+        // the base it follows (which is then the stored state itself).
+        let (offset, header) = match stored.journal_end {
+            Some(end) => (end, Vec::new()),
+            None => (
+                0,
+                journal::encode_header(&JournalHeader {
+                    journal: u64::from(JOURNAL_VERSION),
+                    id: id.clone(),
+                    base_revision: stored.revision,
+                    base_created_at: stored.created_at,
+                    base: provenance.stored,
+                })?,
+            ),
+        };
+        let new_end = offset + (header.len() + record.len()) as u64;
+        let bound = MIN_JOURNAL_BYTES
+            .max(stored.base.size() / JOURNAL_FRACTION)
+            .min(self.max_snapshot_bytes);
+        if new_end > bound {
+            return Ok(None);
+        }
+        let path = self.journal_path(id);
+        let (file, created) = match self.open_checked(&path, true)? {
+            Some((file, meta)) => {
+                if offset == 0 {
+                    // An older base's records: gone for good before new ones are written.
+                    self.empty_journal(&file, meta.len())
+                        .map_err(|e| Error::io("empty the journal", &path, e))?;
+                }
+                (file, false)
+            }
+            None => match self.fs.create_private(&path) {
+                Ok(file) => (file, true),
+                Err(e) => return Err(Error::io("create the journal", &path, e)),
+            },
+        };
+        let mut bytes = header;
+        bytes.extend_from_slice(record);
+        self.write_record(snapshot, stored, &file, offset, &bytes, created)?;
+        let journal_stamp = file.metadata().ok().map(|meta| Stamp::of(&meta));
+        let counts = snapshot.counts();
+        match journal_stamp {
+            Some(stamp) => self.remember(
+                id,
+                Known {
+                    base: stored.base,
+                    journal: Some(stamp),
+                    revision,
+                    created_at: stored.created_at,
+                    counts: Some(counts),
+                    journal_end: Some(new_end),
+                    base_private: true,
+                    base_revision: stored.base_revision,
+                    verified: true,
+                },
+            ),
+            None => self.forget(id),
+        }
+        self.write_summary(snapshot, revision, stored.base, journal_stamp);
         Ok(Some(revision))
     }
+
+    /// Writes `bytes` (a record, after a header for a new journal) at `offset` of the
+    /// journal of `snapshot`'s session and makes them durable. On failure the bytes are
+    /// taken back off where possible, so nothing changed; see the type docs otherwise.
+    fn write_record(
+        &self,
+        snapshot: &SessionSnapshot,
+        stored: &Known,
+        file: &File,
+        offset: u64,
+        bytes: &[u8],
+        created: bool,
+    ) -> Result<()> {
+        let id = snapshot.id();
+        let path = self.journal_path(id);
+        let revision = stored.revision.next();
+        // Cut a torn tail (or an older base's records) first, so the new record can never
+        // be read as part of damaged bytes before it.
+        let written = self
+            .fs
+            .set_len(file, offset)
+            .and_then(|()| self.fs.write_all_at(file, bytes, offset))
+            .map_err(|e| Error::io("append to", &path, e));
+        if let Err(err) = written {
+            self.forget(id);
+            // Best effort: a partial record is a torn tail, cut by the next save anyway.
+            let _ = self.fs.set_len(file, offset);
+            return Err(err);
+        }
+        if self.durable() {
+            // A failed fsync is never retried (the kernel may have dropped the pages); the
+            // record is taken back off instead, so nothing changed.
+            if let Err(e) = self.fs.sync_data(file) {
+                self.forget(id);
+                if self.fs.set_len(file, offset).is_ok() {
+                    return Err(Error::io("sync the journal", &path, e));
+                }
+                // The record stays, maybe without its pages: a later fdatasync could
+                // "succeed" without them and leave a hole before later records. So the
+                // next save of this session writes a whole new snapshot instead.
+                if let Ok(meta) = file.metadata() {
+                    self.remember(
+                        id,
+                        Known {
+                            journal: Some(Stamp::of(&meta)),
+                            revision,
+                            counts: Some(snapshot.counts()),
+                            journal_end: Some(meta.len()),
+                            verified: false,
+                            ..stored.clone()
+                        },
+                    );
+                }
+                return Err(Error::NotDurable {
+                    id: id.clone(),
+                    revision,
+                    dir: self.root.clone(),
+                    source: e,
+                });
+            }
+            if created {
+                if let Err(source) = self.fs.sync_dir(&self.root) {
+                    self.forget(id);
+                    return Err(Error::NotDurable {
+                        id: id.clone(),
+                        revision,
+                        dir: self.root.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `snapshot` as a new base at `revision` and empties the journal.
+    fn rewrite(&self, snapshot: &SessionSnapshot, revision: Revision) -> Result<Revision> {
+        let id = snapshot.id();
+        let path = self.path_of(id);
+        let bytes = snapshot.to_json_with_revision(revision)?;
+        if bytes.len() as u64 > self.max_snapshot_bytes {
+            return Err(Error::TooLarge {
+                path,
+                size_bytes: bytes.len() as u64,
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        }
+        self.forget(id);
+        let replaced = atomic::replace(
+            &*self.fs,
+            &self.root,
+            &path,
+            &format!(".{id}."),
+            &bytes,
+            self.durable(),
+        );
+        let not_durable = match replaced {
+            Ok(()) => None,
+            Err(ReplaceError::Unchanged(err)) => return Err(err),
+            Err(ReplaceError::NotDurable(source)) => Some(source),
+        };
+        // The journal's records are in the new base now, and its header names an older
+        // revision, so it is ignored even if this truncation is lost in a crash.
+        let journal_path = self.journal_path(id);
+        let journal = match self.open_checked(&journal_path, true) {
+            Ok(Some((file, meta))) => match self.empty_journal(&file, meta.len()) {
+                Ok(()) => file.metadata().ok().map(|meta| Stamp::of(&meta)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        if let Ok(base) = self.fs.symlink_metadata(&path) {
+            let base = Stamp::of(&base);
+            let journal_exists = self.fs.symlink_metadata(&journal_path).is_ok();
+            if journal.is_some() || !journal_exists {
+                self.remember(
+                    id,
+                    Known {
+                        base,
+                        journal,
+                        revision,
+                        created_at: snapshot.created_at(),
+                        counts: Some(snapshot.counts()),
+                        journal_end: None,
+                        base_private: true,
+                        base_revision: revision,
+                        verified: true,
+                    },
+                );
+                self.write_summary(snapshot, revision, base, journal);
+            }
+        }
+        match not_durable {
+            None => Ok(revision),
+            Some(source) => Err(Error::NotDurable {
+                id: id.clone(),
+                revision,
+                dir: self.root.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Truncates a journal of `len` bytes to nothing, durably: a new journal is later
+    /// written from offset 0, and if a crash kept those bytes but lost an unsynced
+    /// truncation, they would land over old records still on disk.
+    fn empty_journal(&self, file: &File, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.fs.set_len(file, 0)?;
+        if self.durable() {
+            self.fs.sync_data(file)?;
+        }
+        Ok(())
+    }
+
+    /// Updates the listing summary of `snapshot`, now stored at `revision` as `base` and
+    /// `journal`. Best effort and never fsynced: a summary that does not match the files
+    /// is ignored by `list`, which then reads the session.
+    fn write_summary(
+        &self,
+        snapshot: &SessionSnapshot,
+        revision: Revision,
+        base: Stamp,
+        journal: Option<Stamp>,
+    ) {
+        let path = self.summary_path(snapshot.id());
+        let bytes = summary::encode(snapshot, revision, base, journal);
+        let file = match self.open_checked(&path, true) {
+            Ok(Some((file, _))) => file,
+            Ok(None) => match self.fs.create_private(&path) {
+                Ok(file) => file,
+                Err(_) => return,
+            },
+            Err(_) => return,
+        };
+        let _ = self
+            .fs
+            .write_all_at(&file, &bytes, 0)
+            .and_then(|()| self.fs.set_len(&file, bytes.len() as u64));
+    }
+
+    /// The summary of `id` for a listing: from its summary file if that describes the
+    /// current files, otherwise by reading the session. `Ok(None)` if it was deleted
+    /// meanwhile.
+    fn summarize(
+        &self,
+        id: &SessionId,
+        names: &HashSet<OsString>,
+    ) -> Result<Option<SessionSummary>> {
+        if names.contains(&OsString::from(format!("{id}{SUMMARY_SUFFIX}"))) {
+            if let Some(found) = self.read_summary(id, names) {
+                return Ok(Some(found));
+            }
+        }
+        Ok(self.read(id)?.map(|snapshot| SessionSummary::of(&snapshot)))
+    }
+
+    /// The summary file of `id`, if it describes the session's current files and those
+    /// would pass a load's checks on links, owner and size.
+    fn read_summary(&self, id: &SessionId, names: &HashSet<OsString>) -> Option<SessionSummary> {
+        let readable = |meta: Metadata| {
+            (self.is_plain(&meta) && meta.len() <= self.max_snapshot_bytes).then_some(meta)
+        };
+        let base = readable(self.fs.symlink_metadata(&self.path_of(id)).ok()?)?;
+        let journal = if names.contains(&OsString::from(format!("{id}{JOURNAL_SUFFIX}"))) {
+            Some(readable(
+                self.fs.symlink_metadata(&self.journal_path(id)).ok()?,
+            )?)
+        } else {
+            None
+        };
+        let summary_path = self.summary_path(id);
+        let files = (
+            Stamp::of(&base),
+            journal.as_ref().map(Stamp::of),
+            self.fs
+                .symlink_metadata(&summary_path)
+                .ok()
+                .filter(|meta| self.is_plain(meta))
+                .map(|meta| Stamp::of(&meta))?,
+        );
+        // A summary decoded before from these very files is not read again: a listing
+        // then costs a few `lstat`s per session.
+        if let Some((seen, summary)) = self.listed_sessions().get(id) {
+            if *seen == files {
+                return Some(summary.clone());
+            }
+        }
+        let (bytes, file) = self
+            .read_file(&summary_path, MAX_SUMMARY_BYTES, false)
+            .ok()??;
+        let summary = summary::decode(&bytes, id, &base, journal.as_ref())?;
+        // Remembered only if what was read is the version stamped above.
+        let read = file.metadata().ok().map(|m| Stamp::of(&m));
+        if read == Some(files.2) {
+            let mut listed = self.listed_sessions();
+            if listed.len() >= KNOWN_SESSIONS * 64 && !listed.contains_key(id) {
+                listed.clear();
+            }
+            listed.insert(id.clone(), (files, summary.clone()));
+        }
+        Some(summary)
+    }
+
+    fn listed_sessions(&self) -> MutexGuard<'_, HashMap<SessionId, (ListedFiles, SessionSummary)>> {
+        self.listed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The stamps of a session's base, journal and summary files when its summary was read.
+type ListedFiles = (Stamp, Option<Stamp>, Stamp);
+
+/// Whether a journal with `header` holds records for the base of session `id` stored at
+/// `revision`, created at `created_at` (rather than for an older base, or for a deleted
+/// session of the same id).
+fn journal_follows(
+    header: &JournalHeader,
+    id: &SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+) -> bool {
+    header.id == *id && header.base_revision == revision && header.base_created_at == created_at
+}
+
+/// Applies the records of `journal` to its base `snapshot` (decoded, not yet validated),
+/// and returns where its intact records end; `None` if it holds no records for this base
+/// (empty, torn before its header, or left by an older base, which is ignored).
+fn apply_journal(snapshot: &mut SessionSnapshot, journal: &[u8]) -> Result<Option<usize>> {
+    let frames = journal::split(journal)?;
+    let Some(((_, first), records)) = frames.frames.split_first() else {
+        return Ok(None);
+    };
+    let header = journal::decode_header(first)?;
+    if header.id != *snapshot.id() {
+        return Err(Error::inconsistent(format!(
+            "the journal belongs to session {}, not {}",
+            header.id,
+            snapshot.id()
+        )));
+    }
+    if !journal_follows(
+        &header,
+        snapshot.id(),
+        snapshot.revision(),
+        snapshot.created_at(),
+    ) {
+        return Ok(None);
+    }
+    if header.base != snapshot.counts() {
+        return Err(Error::inconsistent(format!(
+            "the journal's header says its base has {:?}, but the base has {:?}",
+            header.base,
+            snapshot.counts()
+        )));
+    }
+    for (_, payload) in records {
+        snapshot.apply_change(journal::decode_record(payload)?)?;
+    }
+    Ok(Some(frames.valid_end))
 }
 
 fn check_embedded_id(path: &Path, expected: &SessionId, found: &SessionId) -> Result<()> {
@@ -456,53 +1230,51 @@ fn check_embedded_id(path: &Path, expected: &SessionId, found: &SessionId) -> Re
 impl SessionStore for FileSessionStore {
     /// Saves atomically and durably if the stored revision is still `snapshot.revision()`.
     ///
+    /// A snapshot that derives from the stored state (one loaded from this store, or made
+    /// by a [`Session`](crate::Session) after it saved here) has only its new part
+    /// appended to the session's journal; anything else, and a journal that has grown past
+    /// an eighth of the snapshot, is written as a whole new snapshot. See the type docs.
+    ///
     /// # Errors
     ///
     /// [`Error::Conflict`] if the revision moved; [`Error::TooLarge`] or
     /// [`Error::TooDeep`] if the encoded snapshot could not be read back; a corrupt-kind
-    /// error if the stored file's header (schema version, id, revision) cannot be trusted
-    /// or it is a link, not a regular file, or over the size limit (delete it first to
-    /// replace it); [`Error::Io`] naming the step and path that failed. Before the final
-    /// rename nothing stored is changed; see the type docs for the directory-fsync case.
+    /// error if the stored file's header (schema version, id, revision) or the journal's
+    /// records cannot be trusted, or a file is a link, not a regular file, or over the size
+    /// limit (delete the session first to replace it); [`Error::Io`] naming the step and
+    /// path that failed. Nothing stored is changed on error, except after
+    /// [`Error::NotDurable`] (see the type docs).
     ///
-    /// Only the stored file's header is decoded to decide the compare-and-swap, so a file
+    /// Only the stored file's header is decoded to decide the compare-and-swap, so a base
     /// damaged elsewhere (which [`load`](SessionStore::load) refuses) is replaced by a save
     /// made at its own revision, which repairs it.
     ///
     /// # Security
     ///
     /// The new file is created 0600 with `O_EXCL | O_NOFOLLOW` under an unpredictable
-    /// name and renamed over the old one, so nothing is written through a planted link.
+    /// name and renamed over the old one, so nothing is written through a planted link;
+    /// the journal is opened with `O_NOFOLLOW` and checked like a snapshot.
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let id = snapshot.id();
         let revision = snapshot.revision().next();
         // Encoding does not depend on what is stored, so it happens before taking the lock.
-        let bytes = snapshot.to_json_with_revision(revision)?;
-        let path = self.path_of(id);
-        if bytes.len() as u64 > self.max_snapshot_bytes {
-            return Err(Error::TooLarge {
-                path,
-                size_bytes: bytes.len() as u64,
-                limit_bytes: self.max_snapshot_bytes,
-            });
-        }
+        let record = match snapshot.change_since_stored(revision) {
+            Some(change) => Some(journal::encode_record(id, &change)?),
+            None => None,
+        };
         let _lock = self.write_lock()?;
         self.check_root()?;
-        let stored = self.stored_revision(id)?;
-        check_revision(id, snapshot.revision(), stored)?;
-        match atomic::replace(&*self.fs, &self.root, &path, &format!(".{id}."), &bytes) {
-            Ok(()) => Ok(revision),
-            Err(ReplaceError::Unchanged(err)) => Err(err),
-            Err(ReplaceError::NotDurable(source)) => Err(Error::NotDurable {
-                id: id.clone(),
-                revision,
-                dir: self.root.clone(),
-                source,
-            }),
+        let stored = self.stored_state(id, record.is_some())?;
+        check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
+        if let (Some(record), Some(stored)) = (&record, &stored) {
+            if let Some(revision) = self.try_append(snapshot, stored, record)? {
+                return Ok(revision);
+            }
         }
+        self.rewrite(snapshot, revision)
     }
 
-    /// Loads and verifies the snapshot of `id`.
+    /// Loads and verifies the snapshot of `id`, with its journal's records applied.
     ///
     /// # Errors
     ///
@@ -520,19 +1292,23 @@ impl SessionStore for FileSessionStore {
             .ok_or_else(|| Error::NotFound { id: id.clone() })
     }
 
-    /// Lists every `<id>.json` in the directory. Files whose names are not valid ids
-    /// ([`Error::ForeignFile`]) and files that fail verification are reported in
-    /// [`SessionList::unreadable`]; other names (temporary files, the lock) are ignored.
+    /// Lists every `<id>.json` in the directory, from each session's summary file when it
+    /// matches the session's files (so the cost does not depend on transcript sizes), and
+    /// by reading the session otherwise. Files whose names are not valid ids
+    /// ([`Error::ForeignFile`]) and sessions that fail verification are reported in
+    /// [`SessionList::unreadable`]; other names (journals, summaries, temporary files, the
+    /// lock) are not sessions.
     fn list(&self) -> Result<SessionList> {
         self.check_root()?;
         let mut sessions = Vec::new();
         let mut unreadable = Vec::new();
-        for name in self.names()? {
+        let names: HashSet<OsString> = self.names()?.into_iter().collect();
+        for name in &names {
             let Some(name) = name.to_str() else {
                 let lossy = name.to_string_lossy();
                 if lossy.ends_with(SNAPSHOT_SUFFIX) && !lossy.starts_with('.') {
                     unreadable.push(Error::ForeignFile {
-                        path: self.root.join(&name),
+                        path: self.root.join(name),
                         reason: "its name is not valid UTF-8",
                     });
                 }
@@ -551,8 +1327,8 @@ impl SessionStore for FileSessionStore {
                 });
                 continue;
             };
-            match self.read(&id) {
-                Ok(Some(snapshot)) => sessions.push(SessionSummary::of(&snapshot)),
+            match self.summarize(&id, &names) {
+                Ok(Some(summary)) => sessions.push(summary),
                 // Deleted between readdir and open: not an error, just gone.
                 Ok(None) => {}
                 Err(e) => unreadable.push(e),
@@ -561,35 +1337,68 @@ impl SessionStore for FileSessionStore {
         Ok(SessionList::new(sessions, unreadable))
     }
 
-    /// Deletes the session's file (a symbolic link in its place is removed, not followed)
-    /// and fsyncs the directory.
+    /// Deletes the session's files (a symbolic link in their place is removed, not
+    /// followed) and fsyncs the directory. The snapshot goes first: a journal left by a
+    /// crash halfway is ignored, because it names a base that no longer exists.
     ///
     /// # Errors
     ///
-    /// [`Error::NotFound`] if there is no such file; [`Error::Io`] otherwise.
+    /// [`Error::NotFound`] if there is no such session; [`Error::Io`] otherwise.
     fn delete(&self, id: &SessionId) -> Result<()> {
         let _lock = self.write_lock()?;
         self.check_root()?;
         let path = self.path_of(id);
-        match self.fs.symlink_metadata(&path) {
+        let found = match self.fs.symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {
                 return Err(Error::Insecure {
                     path,
                     reason: "it is a directory, not a snapshot",
                 })
             }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(Error::NotFound { id: id.clone() })
-            }
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
             Err(e) => return Err(Error::io("inspect", &path, e)),
+        };
+        self.forget(id);
+        self.listed_sessions().remove(id);
+        let sync_dir = || {
+            self.fs
+                .sync_dir(&self.root)
+                .map_err(|e| Error::io("sync the directory after a delete in", &self.root, e))
+        };
+        if found {
+            self.fs
+                .remove_file(&path)
+                .map_err(|e| Error::io("remove", &path, e))?;
+            // The snapshot's removal is made durable before the journal's: the other
+            // order could, after a crash, bring the snapshot back without its journal,
+            // at an older revision.
+            sync_dir()?;
         }
-        self.fs
-            .remove_file(&path)
-            .map_err(|e| Error::io("remove", &path, e))?;
-        self.fs
-            .sync_dir(&self.root)
-            .map_err(|e| Error::io("sync the directory after a delete in", &self.root, e))
+        // Without its snapshot a journal or summary is never read; they are removed all the
+        // same (also those a delete cut short left behind).
+        let mut removed_extra = false;
+        for extra in [self.journal_path(id), self.summary_path(id)] {
+            match self.fs.symlink_metadata(&extra) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    self.fs
+                        .remove_file(&extra)
+                        .map_err(|e| Error::io("remove", &extra, e))?;
+                    removed_extra = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("inspect", &extra, e)),
+            }
+        }
+        if removed_extra {
+            sync_dir()?;
+        }
+        if found {
+            Ok(())
+        } else {
+            Err(Error::NotFound { id: id.clone() })
+        }
     }
 }
 
@@ -664,6 +1473,12 @@ fn check_store_dir(
     }
     fs.set_dir_private(handle)
         .map_err(|e| Error::io("make the store directory private (chmod 700)", dir, e))
+}
+
+/// Whether a file mode gives group and others no access at all.
+#[allow(clippy::verbose_bit_mask)] // the mask reads as the permission bits it tests
+fn is_private(mode: u32) -> bool {
+    mode & 0o077 == 0
 }
 
 fn is_symlink_error(e: &io::Error) -> bool {

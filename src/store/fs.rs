@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::fs::{DirBuilder, File, Metadata, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Owner read and write only: snapshots hold whole transcripts.
@@ -43,6 +43,20 @@ pub(crate) trait FileSystem: Send + Sync + std::fmt::Debug {
     fn open_lock(&self, path: &Path) -> io::Result<File>;
     /// The names in a directory.
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// Opens an existing file for reading and writing, not following a symbolic link in
+    /// its last component and not blocking on a FIFO.
+    fn open_write(&self, path: &Path) -> io::Result<File>;
+    /// Creates a new file for reading and writing with `O_EXCL | O_NOFOLLOW` and mode 0600
+    /// set at creation.
+    fn create_private(&self, path: &Path) -> io::Result<File>;
+    /// Writes all of `bytes` at `offset` (`pwrite`).
+    fn write_all_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()>;
+    /// `ftruncate`.
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
+    /// `fdatasync`: the file's data and size, not its other metadata.
+    fn sync_data(&self, file: &File) -> io::Result<()>;
+    /// Sets the mode of an open file to 0600 (`fchmod`).
+    fn set_file_private(&self, file: &File) -> io::Result<()>;
 }
 
 /// The real file system.
@@ -135,5 +149,39 @@ impl FileSystem for OsFileSystem {
         std::fs::read_dir(dir)?
             .map(|entry| entry.map(|e| e.file_name()))
             .collect()
+    }
+
+    fn open_write(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+    }
+
+    fn create_private(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+    }
+
+    fn write_all_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+        file.write_all_at(bytes, offset)
+    }
+
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        file.set_len(len)
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
+
+    fn set_file_private(&self, file: &File) -> io::Result<()> {
+        file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))
     }
 }

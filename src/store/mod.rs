@@ -7,7 +7,9 @@ mod crash_model;
 mod fault_injection;
 mod file;
 mod fs;
+mod journal;
 mod memory;
+mod summary;
 
 use std::fmt;
 
@@ -19,7 +21,7 @@ use crate::id::SessionId;
 use crate::snapshot::SessionSnapshot;
 use crate::usage::Cost;
 
-pub use file::{FileSessionStore, FileStoreBuilder, DEFAULT_MAX_SNAPSHOT_BYTES};
+pub use file::{Durability, FileSessionStore, FileStoreBuilder, DEFAULT_MAX_SNAPSHOT_BYTES};
 pub use memory::MemorySessionStore;
 
 /// The version of a stored session, for compare-and-swap saves.
@@ -164,6 +166,123 @@ impl SessionList {
     }
 }
 
+/// Where a page of a listing starts: just after the session it names, in the listing's
+/// order (most recently updated first, then id descending). Made by
+/// [`SessionStore::list_page`]; its text form (`Display` / `FromStr`) survives a round
+/// trip through a command line or a URL.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ListCursor;
+///
+/// let cursor: ListCursor = "2026-11-29T10:00:00Z/abc".parse()?;
+/// assert_eq!(cursor.to_string(), "2026-11-29T10:00:00Z/abc");
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    updated_at: DateTime<Utc>,
+    id: SessionId,
+}
+
+impl ListCursor {
+    /// The cursor just after `summary`.
+    #[must_use]
+    pub fn after(summary: &SessionSummary) -> Self {
+        ListCursor {
+            updated_at: summary.updated_at,
+            id: summary.id.clone(),
+        }
+    }
+
+    /// Whether `summary` comes after this cursor in the listing's order.
+    fn precedes(&self, summary: &SessionSummary) -> bool {
+        (summary.updated_at, &summary.id) < (self.updated_at, &self.id)
+    }
+}
+
+impl fmt::Display for ListCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            self.updated_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            self.id
+        )
+    }
+}
+
+impl std::str::FromStr for ListCursor {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let invalid = || Error::InvalidArgument {
+            reason: format!(
+                "{text:?} is not a listing cursor (TIMESTAMP/ID, as printed with a page)"
+            ),
+        };
+        let (time, id) = text.rsplit_once('/').ok_or_else(invalid)?;
+        let updated_at = DateTime::parse_from_rfc3339(time)
+            .map_err(|_| invalid())?
+            .with_timezone(&Utc);
+        let id = SessionId::parse(id).map_err(|_| invalid())?;
+        Ok(ListCursor { updated_at, id })
+    }
+}
+
+/// One page of a listing: made by [`SessionStore::list_page`].
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{MemorySessionStore, SessionStore};
+///
+/// let page = MemorySessionStore::new().list_page(50, None)?;
+/// assert!(page.sessions.is_empty() && page.next.is_none());
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct SessionPage {
+    /// At most `limit` sessions, in the listing's order.
+    pub sessions: Vec<SessionSummary>,
+    /// The entries that could not be read: all of them on the first page (no cursor), none
+    /// on the others.
+    pub unreadable: Vec<Error>,
+    /// Where the next page starts, if there are more sessions.
+    pub next: Option<ListCursor>,
+}
+
+impl SessionPage {
+    /// The page of `listing` that starts after `after` and holds at most `limit` sessions.
+    /// For custom stores implementing [`SessionStore::list_page`] over their own listing.
+    #[must_use]
+    pub fn of(listing: SessionList, limit: usize, after: Option<&ListCursor>) -> Self {
+        let first_page = after.is_none();
+        let mut sessions = listing
+            .sessions
+            .into_iter()
+            .skip_while(|s| after.is_some_and(|cursor| !cursor.precedes(s)));
+        let page: Vec<SessionSummary> = sessions.by_ref().take(limit).collect();
+        let more = sessions.next().is_some();
+        SessionPage {
+            next: if more {
+                page.last().map(ListCursor::after)
+            } else {
+                None
+            },
+            sessions: page,
+            unreadable: if first_page {
+                listing.unreadable
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
 /// Where sessions are kept.
 ///
 /// The trait is synchronous and object-safe: `Arc<dyn SessionStore>` works, and stores are
@@ -227,6 +346,22 @@ pub trait SessionStore: Send + Sync {
     /// in [`SessionList::unreadable`].
     fn list(&self) -> Result<SessionList>;
 
+    /// One page of [`list`](Self::list): at most `limit` sessions, starting just after
+    /// `after` (from the newest with `None`). Follow [`SessionPage::next`] to walk a
+    /// store of any size page by page; a session saved meanwhile moves to the front, so a
+    /// walk sees each session at most once, at the place it had when the walk reached it.
+    ///
+    /// The default implementation pages [`list`](Self::list), so it costs a whole listing
+    /// per page (for [`FileSessionStore`], a small summary file per session, whatever the
+    /// transcripts' sizes).
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+        Ok(SessionPage::of(self.list()?, limit, after))
+    }
+
     /// Deletes the stored session `id`.
     ///
     /// A session saved again under the same id starts over at revision 1, so a writer
@@ -250,6 +385,10 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn list(&self) -> Result<SessionList> {
         (**self).list()
+    }
+
+    fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+        (**self).list_page(limit, after)
     }
 
     fn delete(&self, id: &SessionId) -> Result<()> {
