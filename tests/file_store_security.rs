@@ -732,7 +732,7 @@ fn leftover_temp_file_is_never_listed_and_is_removed_on_next_open() {
     let reopened = FileSessionStore::open(&dir).expect("reopen");
     assert!(!whole.exists(), "leftover temp file kept");
     assert!(!partial.exists(), "leftover temp file kept");
-    assert_eq!(dir_names(&dir), [".lock", "alpha.json"]);
+    assert_eq!(dir_names(&dir), [".lock", "alpha.json", "alpha.summary"]);
     assert_eq!(
         reopened.load(alpha.id()).expect("load").revision(),
         Revision::from_u64(1)

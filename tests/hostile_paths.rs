@@ -221,7 +221,7 @@ fn any_accepted_id_is_exactly_the_allowlist_and_names_one_file_directly_inside_t
 }
 
 #[test]
-fn accepted_ids_are_saved_as_exactly_one_file_named_id_json_and_nothing_else() {
+fn accepted_ids_are_saved_as_id_json_and_its_summary_and_nothing_else() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let store = FileSessionStore::open(tmp.path().join("store")).expect("open");
     let outside_before = fingerprint(tmp.path()).1;
@@ -239,6 +239,7 @@ fn accepted_ids_are_saved_as_exactly_one_file_named_id_json_and_nothing_else() {
             store.save(&snapshot).expect("save");
             let mut expected = inside_before.keys().cloned().collect::<Vec<_>>();
             expected.push(format!("{input}.json"));
+            expected.push(format!("{input}.summary"));
             expected.sort();
             let names: Vec<String> = fingerprint(store.dir()).1.into_keys().collect();
             prop_assert_eq!(names, expected);

@@ -23,6 +23,7 @@ fn contract<S: SessionStore>(make: impl Fn() -> S) {
     missing_id_is_not_found_for_load_and_delete(&make());
     delete_then_save_new_starts_again_at_revision_one(&make());
     list_is_newest_first_with_ties_by_id_descending(&make());
+    pages_walk_the_listing_in_order_exactly_once(&make());
     concurrent_read_modify_write_loses_no_update(&make());
 }
 
@@ -280,6 +281,76 @@ fn delete_then_save_new_starts_again_at_revision_one<S: SessionStore>(store: &S)
         store.load(again.id()).expect("load"),
         again.with_revision(Revision::from_u64(1))
     );
+}
+
+/// `list_page` walks the same order as `list`, page by page, each session once; the cursor
+/// survives its text form; a session saved during the walk moves to the front and is not
+/// seen twice; unreadable entries come with the first page only.
+fn pages_walk_the_listing_in_order_exactly_once<S: SessionStore>(store: &S) {
+    let empty = store.list_page(10, None).expect("empty page");
+    assert!(empty.sessions.is_empty() && empty.next.is_none());
+    // 23 sessions, with ties on updated_at (three share each second).
+    for i in 0..23_i64 {
+        let snapshot = SessionSnapshot::builder(id(&format!("p{i:02}")), "m")
+            .timestamps(at(0), at(100 + i / 3))
+            .build()
+            .expect("build");
+        store.save(&snapshot).expect("save");
+    }
+    let all: Vec<String> = store
+        .list()
+        .expect("list")
+        .sessions
+        .iter()
+        .map(|s| s.id.to_string())
+        .collect();
+    assert_eq!(all.len(), 23);
+    for limit in [1, 4, 5, 22, 23, 50] {
+        let mut walked = Vec::new();
+        let mut cursor: Option<agent_session::ListCursor> = None;
+        loop {
+            let page = store.list_page(limit, cursor.as_ref()).expect("page");
+            assert!(page.sessions.len() <= limit);
+            walked.extend(page.sessions.iter().map(|s| s.id.to_string()));
+            match page.next {
+                // Through its text form, as a CLI or a web API would carry it.
+                Some(next) => cursor = Some(next.to_string().parse().expect("cursor parses")),
+                None => break,
+            }
+        }
+        assert_eq!(walked, all, "limit {limit}");
+    }
+    // A session saved mid-walk moves to the front: the rest of the walk neither repeats
+    // nor skips the others.
+    let first = store.list_page(5, None).expect("page");
+    let moved = store.load(&id("p03")).expect("load");
+    let later = moved
+        .clone()
+        .with_appended(vec![Message::user("again")], Vec::new(), at(1_000))
+        .expect("append");
+    store.save(&later).expect("save");
+    let mut rest = Vec::new();
+    let mut cursor = first.next;
+    while let Some(after) = cursor {
+        let page = store.list_page(5, Some(&after)).expect("page");
+        rest.extend(page.sessions.iter().map(|s| s.id.to_string()));
+        cursor = page.next;
+    }
+    let seen: Vec<String> = first
+        .sessions
+        .iter()
+        .map(|s| s.id.to_string())
+        .chain(rest)
+        .collect();
+    let expected: Vec<String> = all.iter().filter(|i| *i != "p03").cloned().collect();
+    assert_eq!(
+        seen, expected,
+        "the moved session is not seen again, nothing is skipped"
+    );
+    assert!("not a cursor".parse::<agent_session::ListCursor>().is_err());
+    for s in all {
+        store.delete(&id(&s)).expect("clean up");
+    }
 }
 
 fn list_is_newest_first_with_ties_by_id_descending<S: SessionStore>(store: &S) {
