@@ -7,7 +7,8 @@ set -eu
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$fuzz_dir")
 corpus="$fuzz_dir/corpus"
-mkdir -p "$corpus/decode_snapshot" "$corpus/parse_id" "$corpus/provider_messages"
+mkdir -p "$corpus/decode_snapshot" "$corpus/parse_id" "$corpus/provider_messages" \
+    "$corpus/journal_reader"
 
 # decode_snapshot: every golden snapshot, compact (short inputs mutate faster).
 for fixture in "$repo"/tests/fixtures/v1/*.json; do
@@ -56,6 +57,24 @@ else
     echo "note: $fidelity is absent; provider seeds are the hand-written ones only" >&2
 fi
 
-for target in decode_snapshot parse_id provider_messages; do
+# journal_reader: the hand-written inputs (a real journal cut, torn, spliced and
+# duplicated; real header and records framed afresh), and a few short ones. The layout is
+# documented at `journal_reader` in src/lib.rs: byte 0 the mode (0 history, 2 raw,
+# 3 framed), then for a history: turns, cut (2 bytes, little-endian), tail kind, length of
+# the turn contents, the contents, the tail's bytes.
+cp "$repo"/tests/fuzz_regressions/journal_reader/* "$corpus/journal_reader/"
+j="$corpus/journal_reader"
+printf '\000\010\377\377\000\000' > "$j/history-8-empty-turns-cut-65535"
+printf '\000\001\100\000\001\006\001hello\020' > "$j/history-1-turn-cut-64-zeros"
+printf '\000\004\000\002\002\010\001ab\003cd\010e\004f\001' > "$j/history-4-turns-byte-deleted"
+printf '\000\002\000\000\003\004\001a\011b\001' > "$j/history-2-turns-first-record-as-header"
+printf '\000\000\000\000\000\000@00000000 00000000\n\n' > "$j/history-no-journal-empty-frame"
+printf '\002' > "$j/raw-empty"
+printf '\002@00000002 00000000\n{}\n' > "$j/raw-bad-checksum"
+printf '\002garbage\n@00000000 00000000\n\n' > "$j/raw-garbage-then-empty-frame"
+printf '\003{}\n{}' > "$j/framed-empty-objects"
+printf '\003{"journal":2,"id":"fuzz"}' > "$j/framed-journal-version-2"
+
+for target in decode_snapshot parse_id provider_messages journal_reader; do
     echo "$target: $(ls "$corpus/$target" | wc -l) seeds, $(cat "$corpus/$target"/* | wc -c) bytes"
 done
