@@ -216,14 +216,27 @@ impl Workspace {
             .expect("the session loads")
     }
 
-    /// Every file in the store directory and its bytes.
+    /// The ids of the stored sessions.
+    fn session_ids(&self) -> Vec<String> {
+        self.stored_files()
+            .keys()
+            .filter_map(|name| name.strip_suffix(".json"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Every file of the stored sessions' state (snapshots and journals; not the lock or the
+    /// listing summaries, which are caches) and its bytes.
     fn stored_files(&self) -> BTreeMap<String, Vec<u8>> {
         let Ok(entries) = std::fs::read_dir(self.store_dir()) else {
             return BTreeMap::new();
         };
         entries
             .map(|e| e.expect("a directory entry"))
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with(".json") || name.ends_with(".journal")
+            })
             .map(|e| {
                 let bytes = std::fs::read(e.path()).expect("read a snapshot");
                 (e.file_name().to_string_lossy().into_owned(), bytes)
@@ -284,7 +297,7 @@ fn run_then_continue_in_a_new_process_remembers_the_earlier_turns() {
         ["calc 2*(3+4)", "what did I ask before?"]
     );
     assert_eq!(snapshot.transcript().len(), 6);
-    assert_eq!(ws.stored_files().len(), 1, "no second session was made");
+    assert_eq!(ws.session_ids().len(), 1, "no second session was made");
 }
 
 #[test]
@@ -338,7 +351,7 @@ fn script_sends_every_non_empty_line_in_order_in_one_session() {
         ["calc 1+1", "read notes.txt", "what did I ask before?"]
     );
     assert_eq!(
-        ws.stored_files().len(),
+        ws.session_ids().len(),
         1,
         "one session for the whole script"
     );
@@ -402,7 +415,7 @@ fn chat_ends_at_end_of_input_and_resumes_by_id() {
     // A chat that ends before any prompt saves nothing.
     let empty = ws.run_with_input(&["chat"], "").assert_success();
     assert!(empty.stderr.contains("not saved"), "{empty:#?}");
-    assert_eq!(ws.stored_files().len(), 1);
+    assert_eq!(ws.session_ids().len(), 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -880,12 +893,10 @@ fn sigterm_while_chat_waits_for_input_exits_with_the_last_turn_saved() {
         "{rest:#?}"
     );
     let id = ws
-        .stored_files()
-        .keys()
+        .session_ids()
+        .into_iter()
         .next()
-        .and_then(|name| name.strip_suffix(".json"))
-        .expect("one saved session")
-        .to_owned();
+        .expect("one saved session");
     let snapshot = ws.load(&id);
     assert_eq!(snapshot.transcript().len(), 4, "the completed turn, whole");
     assert!(snapshot
@@ -895,21 +906,42 @@ fn sigterm_while_chat_waits_for_input_exits_with_the_last_turn_saved() {
 }
 
 #[test]
-fn a_process_killed_mid_turn_leaves_the_previous_turn_loadable() {
-    let (ws, id, before) = workspace_with_a_session();
+fn a_process_killed_mid_turn_keeps_its_steps_and_reports_the_running_tool_on_resume() {
+    let (ws, id, _) = workspace_with_a_session();
     let (mut child, _rx) = spawn_until(&ws, &["run", "--continue", "wait 30"], "[tool] wait");
     child.kill().expect("SIGKILL");
     let status = wait_for(&mut child, Duration::from_secs(15));
     assert_eq!(status.code(), None, "killed by a signal");
 
-    assert_eq!(
-        ws.stored_files(),
-        before,
-        "the last save is the previous turn, intact"
-    );
+    // The step was saved before its tool ran: the prompt is kept, and the running call is
+    // closed as interrupted rather than lost or left dangling.
     let snapshot = ws.load(&id);
-    assert_eq!(user_prompts(&snapshot), ["calc 1+1"]);
-    ws.run(&["run", "-c", "calc 2+2"]).assert_success();
+    assert_eq!(user_prompts(&snapshot), ["calc 1+1", "wait 30"]);
+    let interrupted: Vec<_> = snapshot
+        .tool_calls()
+        .iter()
+        .filter(|r| r.status == ToolCallStatus::Interrupted)
+        .collect();
+    assert_eq!(interrupted.len(), 1, "{:?}", snapshot.tool_calls());
+    let result = snapshot
+        .tool_result(interrupted[0])
+        .expect("the record points at its result");
+    assert_eq!(
+        result.output.as_text(),
+        Some(agent_session::INTERRUPTED_OUTPUT)
+    );
+
+    // Resuming says so, and does not run the tool again.
+    let out = ws.run(&["run", "-c", "calc 2+2"]).assert_success();
+    assert!(
+        out.stderr.contains("interrupted and not run again: wait"),
+        "{out:#?}"
+    );
+    assert!(!out.stderr.contains("[tool] wait"), "{out:#?}");
+    assert_eq!(
+        user_prompts(&ws.load(&id)),
+        ["calc 1+1", "wait 30", "calc 2+2"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------

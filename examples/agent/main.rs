@@ -28,11 +28,14 @@
 //!
 //! # What is saved, and when
 //!
-//! The session is saved after every completed turn, that is after each `Session::send`
-//! returns. **The last point saved is the end of the previous completed send**: if the
-//! process is killed mid-turn (SIGKILL, a crash, a power cut), the turn in flight is lost,
-//! its prompt included, and the session loads exactly as it was after the previous turn.
-//! Saves are atomic, so a kill during a save leaves the previous snapshot whole.
+//! The session is saved at every step of a turn (`Autosave::EveryStep`): before a step's
+//! tools run, with their calls recorded as interrupted, and again once their results are
+//! in. Each save appends only that step to the session's journal. **If the process is
+//! killed mid-turn** (SIGKILL, a crash, a power cut), at most the step in flight is lost:
+//! the prompt and the completed steps are kept, and a tool that was running is recorded as
+//! interrupted. The next `--resume`/`--continue` says which calls were interrupted; they
+//! are never run again by themselves (the model sees the interruption and may ask again).
+//! Saves are atomic, so a kill during a save leaves the previous state whole.
 //!
 //! On Ctrl-C (SIGINT) or SIGTERM the agent does better than that: it drops the turn in
 //! flight, which closes every tool call still running with an "interrupted" error result
@@ -59,8 +62,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_session::{
-    BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, FileSessionStore, Harness,
-    Message, Session, SessionId, SessionList, SessionOptions, SessionStore, StopReason,
+    Autosave, BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, FileSessionStore,
+    Harness, ListCursor, Message, Role, Session, SessionId, SessionList, SessionOptions,
+    SessionStore, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -83,11 +87,12 @@ Examples:
   agent chat --resume 0190c3e2-...                continue a session interactively
   agent script prompts.txt                        one prompt per line, in one session
   agent sessions list                             newest first
+  agent sessions list --limit 20                  one page; prints how to get the next
   agent sessions show 0190c3e2-...                the transcript, tool calls with results
 
-The session id is printed on stderr when a command starts. Sessions are saved after every
-completed turn; on Ctrl-C the turn in flight is saved with its unfinished tool calls marked
-interrupted.
+The session id is printed on stderr when a command starts. Sessions are saved at every
+step of a turn; if the agent is killed or interrupted mid-turn, the tool calls that were
+running are recorded as interrupted (and named on the next resume), never run again.
 
 Environment:
   AGENT_SESSION_STORE                    the session folder (like --store)
@@ -176,7 +181,14 @@ struct ResumeArgs {
 #[derive(Subcommand)]
 enum SessionsCommand {
     /// Saved sessions, newest first: id, last update, messages, cost, title
-    List,
+    List {
+        /// Show at most N sessions; the command to see the next ones is printed on stderr
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Start after this cursor (printed with the previous page)
+        #[arg(long, value_name = "CURSOR", requires = "limit")]
+        after: Option<String>,
+    },
     /// A session's transcript, each tool call shown with its result
     Show {
         /// The session id
@@ -309,12 +321,23 @@ fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
         _ => Some(open_store(store_dir)?),
     };
     match command {
-        SessionsCommand::List => {
+        SessionsCommand::List { limit, after } => {
             let Some(store) = store else {
                 println!("no saved sessions in {}", store_dir.display());
                 return Ok(());
             };
-            print_listing(&store.list()?, store.dir())
+            let Some(limit) = limit else {
+                return print_listing(&store.list()?, store.dir());
+            };
+            let after = after.map(|c| c.parse::<ListCursor>()).transpose()?;
+            let page = store.list_page(limit, after.as_ref())?;
+            let next = page.next.clone();
+            let listing = SessionList::new(page.sessions, page.unreadable);
+            let printed = print_listing(&listing, store.dir());
+            if let Some(next) = next {
+                eprintln!("more: agent sessions list --limit {limit} --after {next}");
+            }
+            printed
         }
         SessionsCommand::Show { id } => {
             let id = SessionId::parse(&id)?;
@@ -422,7 +445,10 @@ impl App {
             Some(engine) => Box::new(move || AnyEngine::Http(engine.clone())),
             None => Box::new(|| AnyEngine::Scripted(ScriptedEngine)),
         };
-        let harness = Harness::builder(store, factory).tools(tools).build();
+        let harness = Harness::builder(store, factory)
+            .tools(tools)
+            .autosave(Autosave::EveryStep)
+            .build();
         Ok(App {
             harness,
             store_dir,
@@ -497,6 +523,7 @@ impl App {
             session.id(),
             session.transcript().len()
         );
+        report_interrupted(&session);
         Ok(session)
     }
 
@@ -594,17 +621,23 @@ impl App {
     ) -> Result<Turn, Failure> {
         let message = self.user_message(prompt)?;
         let outcome = tokio::select! {
-            outcome = session.send_message(message) => Some(outcome),
+            outcome = self.harness.send_message(session, message) => Some(outcome),
             () = signals.recv() => None,
         };
-        // The send future is gone here, whichever branch won: the session is idle.
-        let saved = self.harness.save_session(session).map_err(|e| {
-            Failure::Error(format!(
-                "could not save session {}: {}; the store keeps the state of the previous turn",
-                session.id(),
-                chain(&e)
-            ))
-        });
+        // The send future is gone here, whichever branch won: the session is idle. The
+        // steps saved themselves; what is left is the end of a turn cut short (the
+        // interrupted results of Ctrl-C, a failed step).
+        let saved = if session.has_unsaved_changes() {
+            self.harness.save_session(session).map(|_| ()).map_err(|e| {
+                Failure::Error(format!(
+                    "could not save session {}: {}; the store keeps the state of the last saved step",
+                    session.id(),
+                    chain(&e)
+                ))
+            })
+        } else {
+            Ok(())
+        };
         match outcome {
             None => {
                 eprintln!();
@@ -631,6 +664,28 @@ impl App {
                 )))
             }
         }
+    }
+}
+
+/// Names the tool calls of the session's last turn that were cut short (by Ctrl-C, or by a
+/// crash while they ran): they were not run again.
+fn report_interrupted(session: &Session<AnyEngine>) {
+    let last_prompt = session
+        .transcript()
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .unwrap_or(0);
+    let cut: Vec<String> = session
+        .interrupted_tool_calls()
+        .into_iter()
+        .filter(|r| r.call_at.message > last_prompt)
+        .map(|r| format!("{} ({})", r.tool_name, r.call_id))
+        .collect();
+    if !cut.is_empty() {
+        eprintln!(
+            "note: the last turn was cut short; these tool calls were interrupted and not run again: {}",
+            cut.join(", ")
+        );
     }
 }
 
