@@ -14,42 +14,97 @@ use serde_json::{Map, Number, Value};
 pub(crate) const MAX_JSON_DEPTH: usize = 127;
 
 /// The deepest nesting of arrays and objects in a JSON document, found by scanning its
-/// bytes (brackets inside strings do not count).
+/// bytes (brackets inside strings do not count): the reference
+/// [`write_measuring_depth`] is checked against.
+#[cfg(test)]
 pub(crate) fn nesting_depth(json: &[u8]) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut at = 0;
-    while let Some(found) = memchr::memchr3(b'"', b'[', b'{', &json[at..]) {
-        // Closing brackets between here and the next opening one only lower the depth.
-        depth = depth.saturating_sub(count_closing(&json[at..at + found]));
-        at += found;
-        if json[at] == b'"' {
-            // Skip the string: most of a snapshot's bytes are inside strings, so jump to
-            // the next quote or backslash rather than looking at every byte.
-            at += 1;
-            loop {
-                match memchr::memchr2(b'"', b'\\', &json[at..]) {
-                    Some(i) if json[at + i] == b'\\' => at += i + 2,
-                    Some(i) => {
-                        at += i + 1;
-                        break;
-                    }
-                    None => return deepest,
-                }
-                if at >= json.len() {
-                    return deepest;
-                }
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in json {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
             }
-        } else {
-            depth += 1;
-            deepest = deepest.max(depth);
-            at += 1;
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
     }
     deepest
 }
 
-fn count_closing(bytes: &[u8]) -> usize {
-    memchr::memchr2_iter(b']', b'}', bytes).count()
+/// Compact JSON output that also measures the deepest nesting of arrays and objects it
+/// writes, for free: the depth check every encoding needs without scanning the bytes
+/// again.
+struct DepthFormatter<'a> {
+    depth: usize,
+    deepest: &'a mut usize,
+}
+
+impl DepthFormatter<'_> {
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        byte: u8,
+    ) -> std::io::Result<()> {
+        self.depth += 1;
+        *self.deepest = (*self.deepest).max(self.depth);
+        writer.write_all(&[byte])
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        byte: u8,
+    ) -> std::io::Result<()> {
+        self.depth = self.depth.saturating_sub(1);
+        writer.write_all(&[byte])
+    }
+}
+
+impl serde_json::ser::Formatter for DepthFormatter<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b'[')
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b']')
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b'{')
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b'}')
+    }
+}
+
+/// Appends `value` to `out` as compact JSON (the bytes `serde_json::to_writer` writes) and
+/// returns the deepest nesting of arrays and objects in it, as [`nesting_depth`] would.
+pub(crate) fn write_measuring_depth<T: serde::Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    value: &T,
+) -> serde_json::Result<usize> {
+    let mut deepest = 0;
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        out,
+        DepthFormatter {
+            depth: 0,
+            deepest: &mut deepest,
+        },
+    ))?;
+    Ok(deepest)
 }
 
 /// A `serde_json::Value` that refused duplicate object keys while it was decoded.
@@ -233,42 +288,45 @@ mod tests {
         assert!(serde_json::from_str::<StrictValue>(&nested(MAX_JSON_DEPTH + 1)).is_err());
     }
 
-    /// The byte-at-a-time scanner the fast one replaced, kept as its reference.
-    fn reference_depth(json: &[u8]) -> usize {
-        let (mut depth, mut deepest) = (0usize, 0usize);
-        let (mut in_string, mut escaped) = (false, false);
-        for &byte in json {
-            if in_string {
-                match byte {
-                    _ if escaped => escaped = false,
-                    b'\\' => escaped = true,
-                    b'"' => in_string = false,
-                    _ => {}
-                }
-                continue;
-            }
-            match byte {
-                b'"' => in_string = true,
-                b'[' | b'{' => {
-                    depth += 1;
-                    deepest = deepest.max(depth);
-                }
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-        }
-        deepest
+    fn nested_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::from),
+            "[\\[\\]{}\"\\\\a]{0,6}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(12, 64, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map("[a-z\\[{]{0,3}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     proptest::proptest! {
         #[test]
-        fn the_fast_depth_scan_agrees_with_the_reference(
-            bytes in proptest::collection::vec(
-                proptest::sample::select(b"[]{}\"\\ax".to_vec()),
-                0..200,
-            )
-        ) {
-            proptest::prop_assert_eq!(nesting_depth(&bytes), reference_depth(&bytes));
+        fn measuring_while_writing_agrees_with_scanning_what_was_written(value in nested_value()) {
+            let mut out = Vec::new();
+            let depth = write_measuring_depth(&mut out, &value).unwrap();
+            proptest::prop_assert_eq!(&out, &serde_json::to_vec(&value).unwrap());
+            proptest::prop_assert_eq!(depth, nesting_depth(&out));
+        }
+    }
+
+    #[test]
+    fn measuring_while_writing_gives_the_bytes_and_depth_of_a_scan() {
+        for text in [
+            r#"{"a":"[[[{{","b":[{}],"c":[[[[1]]]],"d":"\\\"{"}"#,
+            "[]",
+            "1",
+            r#"[{"x":[{"y":{}}]},[]]"#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let mut out = Vec::new();
+            let depth = write_measuring_depth(&mut out, &value).unwrap();
+            assert_eq!(out, serde_json::to_vec(&value).unwrap());
+            assert_eq!(depth, nesting_depth(&out), "{text}");
         }
     }
 

@@ -373,8 +373,8 @@ fn encode_in_parallel(messages: &[Message]) -> serde_json::Result<EncodedArray> 
         std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
     };
     let encode = |part: &[Message]| -> serde_json::Result<(Vec<u8>, usize)> {
-        let bytes = serde_json::to_vec(part)?;
-        let depth = json::nesting_depth(&bytes);
+        let mut bytes = Vec::with_capacity(part.len() * 1024);
+        let depth = json::write_measuring_depth(&mut bytes, part)?;
         Ok((bytes, depth))
     };
     let parts: Vec<&[Message]> = messages
@@ -582,7 +582,7 @@ impl SessionSnapshot {
         // most of the bytes, can be encoded on several threads.
         let transcript = encode_in_parallel(&self.transcript).map_err(failed)?;
         let mut out = Vec::with_capacity(transcript.bytes + 4096);
-        serde_json::to_writer(
+        let head = json::write_measuring_depth(
             &mut out,
             &EncodedHead {
                 schema_version: SCHEMA_VERSION,
@@ -595,21 +595,18 @@ impl SessionSnapshot {
             },
         )
         .map_err(failed)?;
-        // Never write what could not be read back: the decoder has a nesting limit. The
-        // lists sit one level inside the top-level object.
-        let mut depth = json::nesting_depth(&out).max(1 + transcript.depth);
         out.pop(); // the head's closing brace
         out.extend_from_slice(b",\"transcript\":");
         transcript.write_into(&mut out);
         out.extend_from_slice(b",\"tool_calls\":");
-        let start = out.len();
-        serde_json::to_writer(&mut out, &*self.tool_calls).map_err(failed)?;
-        depth = depth.max(1 + json::nesting_depth(&out[start..]));
+        let tool_calls =
+            json::write_measuring_depth(&mut out, &*self.tool_calls).map_err(failed)?;
         out.extend_from_slice(b",\"usage\":");
-        let start = out.len();
-        serde_json::to_writer(&mut out, &*self.usage).map_err(failed)?;
-        depth = depth.max(1 + json::nesting_depth(&out[start..]));
+        let usage = json::write_measuring_depth(&mut out, &*self.usage).map_err(failed)?;
         out.push(b'}');
+        // Never write what could not be read back: the decoder has a nesting limit. The
+        // lists sit one level inside the top-level object.
+        let depth = head.max(1 + transcript.depth.max(tool_calls).max(usage));
         if depth > json::MAX_JSON_DEPTH {
             return Err(Error::TooDeep {
                 id: self.id.clone(),

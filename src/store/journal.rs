@@ -139,11 +139,12 @@ pub(crate) fn encode_record(id: &SessionId, change: &Change) -> Result<Vec<u8>> 
         options: change.options.as_ref(),
         metadata: change.metadata.as_ref(),
     };
-    let payload = serde_json::to_vec(&record).map_err(|source| Error::Encode {
-        id: id.clone(),
-        source,
-    })?;
-    let depth = json::nesting_depth(&payload);
+    let mut payload = Vec::new();
+    let depth =
+        json::write_measuring_depth(&mut payload, &record).map_err(|source| Error::Encode {
+            id: id.clone(),
+            source,
+        })?;
     if depth > json::MAX_JSON_DEPTH {
         return Err(Error::TooDeep {
             id: id.clone(),
