@@ -7,7 +7,7 @@
 //! cargo bench --bench store                   # the whole matrix (about 3 minutes on 2 cores)
 //! python3 benches/support/ratios.py           # that run's medians and ratios, as Markdown
 //!
-//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn or list
+//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn, list or durability
 //! AGENT_SESSION_BENCH_TRANSCRIPT=t.json cargo bench --bench store  # a make_transcript.py file
 //! AGENT_SESSION_BENCH_TURN=turn.json cargo bench --bench store     # ... --append-turn output
 //! AGENT_SESSION_BENCH_LIST=1000x10,100x10000 cargo bench --bench store -- list
@@ -29,7 +29,8 @@
 //! # What is measured (group / function / parameter)
 //!
 //! - `save/file_store/N`: `FileSessionStore::save` of a snapshot of N messages over its
-//!   previous revision (so it includes the compare-and-swap read of the stored file).
+//!   previous revision, written whole: it is built, not loaded, so the store cannot know
+//!   what is already stored (the compare-and-swap still reads the stored header).
 //!   `save/baseline_atomic_write/N`: the same number of bytes written to a temp file,
 //!   `fsync`, `rename` over the target, `fsync` of the directory.
 //! - `load/file_store/N`: `FileSessionStore::load` (read, decode, validate).
@@ -38,15 +39,20 @@
 //!   `load/baseline_read_value/N`: the same read + parse into `serde_json::Value`.
 //! - `append_turn/file_store/N`: save of the session of N messages plus one turn (user
 //!   message, assistant tool call, tool result: `make_transcript.py 0 --append-turn`) over
-//!   the stored N-message revision. Before each iteration, untimed, the stored session is
-//!   put back to N messages with an ordinary save, so every measured save adds one turn to
-//!   N messages. `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages
+//!   the stored revision: the snapshot is loaded from the store and extended with
+//!   `SessionSnapshot::with_appended`, so the store appends the turn to the journal. Every
+//!   16 turns, untimed, the stored session is put back to N messages with a full save
+//!   (which empties the journal), so every measured save adds one turn to N to N + 45
+//!   messages (see `TurnFeeder`). `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages
 //!   as the snapshot encodes them) appended to an open file + `fdatasync`; it does not
 //!   depend on N, so it is measured once.
 //! - `list/file_store/SxM`: `FileSessionStore::list` of S stored sessions of M messages.
 //!   `list/baseline_readdir_stat/SxM`: `readdir` + `stat` of every entry of the directory.
 //!   Default: 1000x10, 1000x1000 and 100x10000 (1,000 sessions of 10,000 messages would be
 //!   about 11 GB of snapshots, more than these machines' disk and time budget).
+//!
+//! - `durability/{save,append_turn}/{sync,buffered}/1000`: a full save and one more turn
+//!   onto 1,000 messages with `Durability::Sync` (the default) and `Durability::Buffered`.
 //!
 //! N = 10, 100, 1,000 and 10,000. Every file is in the page cache when it is read; writes
 //! go to the file system under the system temporary directory (`TMPDIR`), which should be
@@ -67,7 +73,7 @@ mod mirror;
 #[path = "support/workload.rs"]
 mod workload;
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
@@ -75,7 +81,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    FileSessionStore, Message, Revision, Role, SessionId, SessionSnapshot, SessionStore, Usage,
+    Durability, FileSessionStore, Message, Revision, Role, SessionId, SessionSnapshot,
+    SessionStore, Usage,
 };
 use criterion::measurement::WallTime;
 use criterion::{
@@ -170,6 +177,17 @@ fn pace(group: &mut BenchmarkGroup<'_, WallTime>, heavy: bool) {
             .sampling_mode(SamplingMode::Auto)
             .measurement_time(Duration::from_secs(3));
     }
+}
+
+/// Flushes everything the file systems hold (`sync(1)`), so a measured save does not also
+/// pay for what the untimed set-up left pending: resetting the session to N messages
+/// replaces (and frees) a base of N messages, whose freed blocks the next journal commit
+/// would otherwise write out.
+fn settle() {
+    let status = std::process::Command::new("sync")
+        .status()
+        .expect("run sync(1)");
+    assert!(status.success(), "sync(1) failed");
 }
 
 /// The physical floor of an atomic, durable replace.
@@ -275,28 +293,115 @@ fn append_turn(c: &mut Criterion) {
     for n in sizes() {
         pace(&mut group, n >= HEAVY_MESSAGES);
         let store = FileSessionStore::open(dir.path().join(format!("store{n}"))).expect("open");
-        let base = snapshot("bench", to_messages(&wire_transcript(n)));
-        let mut longer = base.transcript().to_vec();
-        longer.extend(turn.iter().cloned());
-        let extended = SessionSnapshot::builder(base.id().clone(), MODEL)
-            .timestamps(
-                base.created_at(),
-                base.updated_at() + chrono::TimeDelta::seconds(1),
-            )
-            .usage(usage_of(&longer))
-            .transcript(longer)
-            .build()
-            .expect("the turn pairs its tool call");
-        let stored = Cell::new(Revision::NEW);
+        let feeder = TurnFeeder::new(
+            &store,
+            snapshot("bench", to_messages(&wire_transcript(n))),
+            turn.clone(),
+        );
         group.bench_function(BenchmarkId::new("file_store", n), |b| {
             b.iter_batched_ref(
-                || {
-                    // Untimed: put the stored session back to N messages.
-                    let reset = base.clone().with_revision(stored.get());
-                    stored.set(store.save(&reset).expect("save N messages"));
-                    extended.clone().with_revision(stored.get())
-                },
-                |next| stored.set(store.save(next).expect("save one more turn")),
+                || feeder.next(),
+                |next| feeder.save(next),
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
+/// Turns to append before the session is put back to its N messages.
+const REBASE_TURNS: usize = 16;
+
+/// Feeds "one more turn" saves: the session of N messages, loaded from the store and
+/// extended by one turn per iteration, as an agent saving after each turn does. Every
+/// [`REBASE_TURNS`] turns, untimed, it is put back to N messages with a full save (which
+/// also empties the journal) and loaded again, so each measured save adds a turn to N to
+/// N + 45 messages. (Putting it back before every save would measure a save right after
+/// reading N messages, whose caches that read has just flushed, not the save.)
+struct TurnFeeder<'a> {
+    store: &'a FileSessionStore,
+    base: SessionSnapshot,
+    turn: Vec<Message>,
+    current: RefCell<Option<SessionSnapshot>>,
+    turns: Cell<usize>,
+    stored: Cell<Revision>,
+}
+
+impl<'a> TurnFeeder<'a> {
+    fn new(store: &'a FileSessionStore, base: SessionSnapshot, turn: Vec<Message>) -> Self {
+        TurnFeeder {
+            store,
+            base,
+            turn,
+            current: RefCell::new(None),
+            turns: Cell::new(0),
+            stored: Cell::new(Revision::NEW),
+        }
+    }
+
+    /// Untimed: the next snapshot to save, one turn longer than the stored one.
+    fn next(&self) -> SessionSnapshot {
+        let current = self.current.borrow_mut().take();
+        let current = match current {
+            Some(current) if self.turns.get() < REBASE_TURNS => current,
+            _ => {
+                let reset = self.base.clone().with_revision(self.stored.get());
+                self.stored
+                    .set(self.store.save(&reset).expect("save N messages"));
+                self.turns.set(0);
+                let loaded = self.store.load(self.base.id()).expect("load N messages");
+                settle();
+                loaded
+            }
+        };
+        self.turns.set(self.turns.get() + 1);
+        let later = current.updated_at() + chrono::TimeDelta::seconds(1);
+        current
+            .with_appended(self.turn.clone(), usage_of(&self.turn), later)
+            .expect("the turn pairs its tool call")
+    }
+
+    /// Timed: the save, and keeping the saved snapshot for the next turn.
+    fn save(&self, next: &mut SessionSnapshot) {
+        let revision = self.store.save(next).expect("save one more turn");
+        self.stored.set(revision);
+        *self.current.borrow_mut() = Some(next.clone().with_revision(revision));
+    }
+}
+
+/// Full save and one more turn onto 1,000 messages with each [`Durability`] level.
+fn durability(c: &mut Criterion) {
+    const N: usize = 1_000;
+    let turn = to_messages(&wire_turn());
+    let mut group = c.benchmark_group("durability");
+    pace(&mut group, false);
+    for (label, level) in [
+        ("sync", Durability::Sync),
+        ("buffered", Durability::Buffered),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = FileSessionStore::builder()
+            .durability(level)
+            .open(dir.path())
+            .expect("open");
+        let base = snapshot("bench", to_messages(&workload::transcript(N)));
+        let stored = Cell::new(store.save(&base).expect("save"));
+        group.bench_function(BenchmarkId::new(format!("save/{label}"), N), |b| {
+            b.iter(|| {
+                let again = base.clone().with_revision(stored.get());
+                stored.set(store.save(&again).expect("save"));
+            });
+        });
+        // Its own session: the full-save benchmark above keeps "bench" at its revisions.
+        let feeder = TurnFeeder::new(
+            &store,
+            snapshot("turns", base.transcript().to_vec()),
+            turn.clone(),
+        );
+        group.bench_function(BenchmarkId::new(format!("append_turn/{label}"), N), |b| {
+            b.iter_batched_ref(
+                || feeder.next(),
+                |next| feeder.save(next),
                 BatchSize::PerIteration,
             );
         });
@@ -369,7 +474,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = save, load, append_turn, list
+    targets = save, load, append_turn, list, durability
 }
 
 fn main() {

@@ -148,6 +148,22 @@ def main() -> int:
                 cells.append(f"{r.bytes / r.median * 1e3:.0f} MB/s")
             print(f"| {label} | " + " | ".join(cells) + " |")
 
+    # Durability levels: what skipping fsync saves.
+    levels = [(work, f"durability/{work}/sync/1000", f"durability/{work}/buffered/1000")
+              for work in ("save", "append_turn")]
+    if any(a in results and b in results for _, a, b in levels):
+        print()
+        print("| 1,000 messages | `Durability::Sync` | `Durability::Buffered` | buffered / sync |")
+        print("|---|---|---|---|")
+        for work, sync_key, buffered_key in levels:
+            if sync_key not in results or buffered_key not in results:
+                continue
+            a, b = results[sync_key], results[buffered_key]
+            used.extend((a, b))
+            label = "full save" if work == "save" else "one more turn"
+            print(f"| {label} | {fmt_time(a.median)} | {fmt_time(b.median)} | "
+                  f"{fmt_ratio(b.median / a.median)} |")
+
     # Issue 5's targets.
     checks = []
 
