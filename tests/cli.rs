@@ -233,9 +233,11 @@ impl Workspace {
         };
         entries
             .map(|e| e.expect("a directory entry"))
+            // The store writes these exact lowercase suffixes.
             .filter(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.ends_with(".json") || name.ends_with(".journal")
+                let path = e.path();
+                let extension = path.extension().and_then(|x| x.to_str());
+                matches!(extension, Some("json" | "journal"))
             })
             .map(|e| {
                 let bytes = std::fs::read(e.path()).expect("read a snapshot");

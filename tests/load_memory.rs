@@ -18,6 +18,12 @@ use agent_session::{
     FileSessionStore, Message, Role, SessionId, SessionSnapshot, SessionStore, Usage,
 };
 
+/// `peak / size` for printing, in hundredths (exact integer arithmetic).
+fn times(peak: u64, size: u64) -> String {
+    let hundredths = peak * 100 / size.max(1);
+    format!("{}.{:02}", hundredths / 100, hundredths % 100)
+}
+
 const CHILD_ENV: &str = "AGENT_SESSION_LOAD_MEMORY_CHILD";
 const MESSAGES: usize = 10_000;
 
@@ -96,8 +102,8 @@ fn loading_a_10_000_message_session_peaks_below_three_times_its_size() {
 
     let (peak, size) = peak_of_load(dir.path(), "big");
     eprintln!(
-        "base only: {size} bytes on disk, load peak growth {peak} bytes ({:.2} x)",
-        peak as f64 / size as f64
+        "base only: {size} bytes on disk, load peak growth {peak} bytes ({} x)",
+        times(peak, size)
     );
     assert!(peak <= 3 * size, "peak {peak} > 3 x {size}");
 
@@ -123,8 +129,8 @@ fn loading_a_10_000_message_session_peaks_below_three_times_its_size() {
     );
     let (peak, size) = peak_of_load(dir.path(), "big");
     eprintln!(
-        "base + journal: {size} bytes on disk, load peak growth {peak} bytes ({:.2} x)",
-        peak as f64 / size as f64
+        "base + journal: {size} bytes on disk, load peak growth {peak} bytes ({} x)",
+        times(peak, size)
     );
     assert!(peak <= 3 * size, "peak {peak} > 3 x {size}");
 }

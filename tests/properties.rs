@@ -646,7 +646,7 @@ type Model = BTreeMap<SessionId, (Revision, SessionSnapshot)>;
 /// The store under test: a memory store, or a directory with two file-store handles.
 enum Subject {
     Memory(MemorySessionStore),
-    Files([FileSessionStore; 2]),
+    Files(Box<[FileSessionStore; 2]>),
     /// Any other store (the negative control's broken one).
     Other(Box<dyn SessionStore>),
 }
@@ -654,7 +654,7 @@ enum Subject {
 impl Subject {
     fn files(dir: &Path) -> Self {
         let open = || FileSessionStore::open(dir).expect("open the store");
-        Subject::Files([open(), open()])
+        Subject::Files(Box::new([open(), open()]))
     }
 
     fn handle(&self, handle: usize) -> &dyn SessionStore {

@@ -1,18 +1,33 @@
-//! Power loss (issue 4, item 3).
+//! Power loss (issue 4, item 3; the journal, issue 5).
 //!
 //! `kill -9` cannot catch a missing fsync: the page cache survives the process. So
 //! [`CrashFs`] wraps the real file system behind the store's [`FileSystem`] seam and keeps a
-//! model of what a power cut would leave: for each file, the bytes its last `sync_file` made
-//! durable and the bytes only written; for the store directory, the entries its last
-//! `sync_dir` made durable and the creates, renames and unlinks done since. After every call
-//! of a run (open, saves of revisions 1, 2, 3, a delete, a save after the delete) the model
-//! is cut: the post-crash directory is built in a fresh place from the durable entries plus
-//! each prefix of the pending directory operations (metadata journals keep their order), with
-//! every file's unsynced bytes damaged in each way a crash can (dropped, zeroed, garbage,
-//! partially persisted, torn, fully persisted). A store opened there must load exactly the
-//! old or the new snapshot (never a mix, never unreadable) and, once a call returned `Ok`,
-//! the new one. The model also tracks the store directory itself when `open` creates it:
-//! its entry in its parent is durable only after a `sync_dir` of that parent.
+//! model of what a power cut would leave: for each file, the bytes (and the size) its last
+//! `sync_file` or `sync_data` made durable, the bytes only written (`write_all`, or
+//! `write_all_at` at any offset), and whether a `set_len` (`ftruncate`) changed its size
+//! since; for the store directory, the entries its last `sync_dir` made durable and the
+//! creates, renames and unlinks done since. After every call of a run the model is cut: the
+//! post-crash directory is built in a fresh place from the durable entries plus each prefix
+//! of the pending directory operations (metadata journals keep their order), with every
+//! file's unsynced bytes damaged in each way a crash can (dropped, zeroed, garbage,
+//! partially persisted, torn, fully persisted) and, where a journal write is unsynced, cut
+//! after every one of its bytes. A store opened there must load exactly the old or the new
+//! state (never a mix, never unreadable) and, once a call returned `Ok`, the new one; then
+//! an append on what it loaded (which must cut any torn tail first) and a full rewrite must
+//! each load back exactly. The model also tracks the store directory itself when `open`
+//! creates it: its entry in its parent is durable only after a `sync_dir` of that parent.
+//!
+//! Runs: saves of built snapshots (full rewrites) and a delete; and the journal's life: a
+//! first append that creates it, appends, an append after a rewrite emptied it, a fill to
+//! near its bound and a compaction, an append after that, a delete of a session with a
+//! journal and a summary, and a new journal for a new session of the same id. A separate
+//! run starts a new journal over a stale one (an older base's records, planted back as a
+//! crash that lost the rewrite's emptying would leave them).
+//!
+//! A size change is metadata, journaled apart from data: a crash may keep it and lose the
+//! data written after it, or lose it and keep that data ([`Fate`]). The main checks keep
+//! size changes ordered before later data (what ext4 and XFS give for a truncation to 0,
+//! whose freed blocks are not reused before it commits); a separate test loses them.
 //!
 //! Negative controls: copies of `atomic::replace` without the file fsync and without the
 //! directory fsync are driven through the same harness and must fail it.
@@ -20,7 +35,8 @@
 //! Where the tests run as root, a real cut is also made on a loop-mounted ext4 image: the
 //! `EXT4_IOC_SHUTDOWN` ioctl with `EXT4_GOING_FLAGS_NOLOGFLUSH` (the cut xfstests uses)
 //! aborts the journal and drops every dirty page at a chosen call, and the remount replays
-//! the journal. It is skipped, with the reason printed, elsewhere.
+//! the journal: a save, a first append and an append, each cut before every call and after
+//! it returned. It is skipped, with the reason printed, elsewhere.
 //!
 //! Run: `cargo test --lib store::crash_model -- --nocapture` (the figures are printed);
 //! `AGENT_SESSION_LONG=1` for the exhaustive run.
@@ -34,13 +50,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::atomic::{self, ReplaceError};
-use super::fault_injection::{encoded, long_run, scratch_dir, snapshot_on, temp_files, Mounted};
+use super::atomic::ReplaceError;
+use super::fault_injection::{
+    appended, durable_replace, encoded, long_run, saved, scratch_dir, snapshot_on, temp_files,
+    Mounted, ReplaceFn,
+};
 use super::file::{FileSessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
 use super::fs::{FileSystem, OsFileSystem};
 use super::SessionStore;
 use crate::error::Error;
 use crate::id::SessionId;
+use crate::snapshot::SessionSnapshot;
 
 // ---------------------------------------------------------------------------------------
 // The model.
@@ -74,11 +94,16 @@ impl DirOp {
     }
 }
 
-/// A file's content: what its last fsync made durable, and what is written now.
+/// A file's content: what its last fsync (`sync_file` or `sync_data`: both make the data
+/// and the size durable) left on disk, and what is written now.
 #[derive(Debug, Clone, Default)]
 struct Inode {
     durable: Arc<Vec<u8>>,
     live: Arc<Vec<u8>>,
+    /// The shortest length a `set_len` (`ftruncate`) gave the file since its last fsync,
+    /// if any. A size change is metadata: a crash may keep it or lose it independently of
+    /// the data written after it (see [`Fate`]).
+    cut: Option<usize>,
 }
 
 /// What the store directory holds, durably and live.
@@ -144,10 +169,37 @@ enum Damage {
     /// Only the first `num/den` of the unsynced bytes reached the disk (at least one byte,
     /// at most all but one), the rest is cut off.
     Partial(usize, usize),
+    /// Exactly the first `n` unsynced bytes reached the disk (all of them if there are
+    /// fewer), the rest is cut off: a crash at every byte of a write.
+    Bytes(usize),
     /// Unsynced 512-byte sectors reached the disk out of order: every other one is zeros.
     Torn,
     /// Every unsynced byte happened to reach the disk.
     Persisted,
+}
+
+/// Whether a crash kept the `set_len` calls made since a file's last fsync. `ftruncate` is
+/// a metadata change, journaled apart from the data: a crash can keep the new size and
+/// lose the data written after it, or lose the size change and keep (some of) that data,
+/// in which case the bytes past the written ones are the old ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// The size changes reached the disk before any data written after them.
+    Kept,
+    /// The size changes were lost; whatever data reached the disk lies over the old
+    /// content, which keeps its old length.
+    Lost,
+}
+
+impl Fate {
+    /// The fates to try for a file: both for one cut since its last fsync, otherwise one.
+    fn variants(inode: &Inode) -> &'static [Fate] {
+        if inode.cut.is_some() {
+            &[Fate::Kept, Fate::Lost]
+        } else {
+            &[Fate::Kept]
+        }
+    }
 }
 
 impl Damage {
@@ -169,45 +221,76 @@ impl Damage {
         all
     }
 
-    /// The content a crash leaves of `inode`.
+    /// The content a crash leaves of `inode`, its size changes kept.
     fn apply(self, inode: &Inode) -> Vec<u8> {
-        let (durable, live) = (&*inode.durable, &*inode.live);
+        self.apply_with(inode, Fate::Kept)
+    }
+
+    /// The content a crash leaves of `inode`, with `fate` for its size changes.
+    fn apply_with(self, inode: &Inode, fate: Fate) -> Vec<u8> {
+        let durable = &*inode.durable;
+        let base: &[u8] = match (fate, inode.cut) {
+            (Fate::Kept, Some(cut)) => &durable[..cut.min(durable.len())],
+            _ => durable,
+        };
+        let mut out = self.overlay(base, &inode.live);
+        if fate == Fate::Lost && out.len() < durable.len() {
+            out.extend_from_slice(&durable[out.len()..]);
+        }
+        out
+    }
+
+    /// `live` written over `base`, damaged: the bytes that differ are the unsynced ones.
+    fn overlay(self, base: &[u8], live: &[u8]) -> Vec<u8> {
         let unsynced: Vec<usize> = (0..live.len())
-            .filter(|&i| durable.get(i) != Some(&live[i]))
+            .filter(|&i| base.get(i) != Some(&live[i]))
             .collect();
-        if unsynced.is_empty() && live.len() == durable.len() {
-            return durable.clone();
+        if unsynced.is_empty() && live.len() == base.len() {
+            return base.to_vec();
         }
         let overwrite = |value: &dyn Fn(usize) -> u8| {
-            let mut out = live.clone();
+            let mut out = live.to_vec();
             for &i in &unsynced {
                 out[i] = value(i);
             }
             out
         };
+        let prefix = |keep: usize| {
+            let mut out = base.to_vec();
+            for &i in &unsynced[..keep] {
+                if i >= out.len() {
+                    out.resize(i + 1, 0);
+                }
+                out[i] = live[i];
+            }
+            out
+        };
         match self {
-            Damage::Dropped => durable.clone(),
-            Damage::Persisted => live.clone(),
+            Damage::Dropped => base.to_vec(),
+            Damage::Persisted => live.to_vec(),
             Damage::Zeroed => overwrite(&|_| 0),
             Damage::Garbage(seed) => overwrite(&|i| garbage(seed, i)),
             Damage::Torn => overwrite(&|i| if (i / 512) % 2 == 1 { 0 } else { live[i] }),
             Damage::Partial(num, den) => {
                 let n = unsynced.len();
-                let keep = if n <= 1 {
+                prefix(if n <= 1 {
                     n
                 } else {
                     (n * num / den).clamp(1, n - 1)
-                };
-                let mut out = durable.clone();
-                for &i in &unsynced[..keep] {
-                    if i >= out.len() {
-                        out.resize(i + 1, 0);
-                    }
-                    out[i] = live[i];
-                }
-                out
+                })
             }
+            Damage::Bytes(n) => prefix(n.min(unsynced.len())),
         }
+    }
+
+    /// How many of `inode`'s bytes are unsynced with its size changes kept: the bytes a
+    /// crash can cut a write of its at.
+    fn unsynced_bytes(inode: &Inode) -> usize {
+        let durable = &*inode.durable;
+        let base = &durable[..inode.cut.map_or(durable.len(), |c| c.min(durable.len()))];
+        (0..inode.live.len())
+            .filter(|&i| base.get(i) != Some(&inode.live[i]))
+            .count()
     }
 }
 
@@ -294,6 +377,12 @@ impl CrashFs {
         result
     }
 
+    /// The model's inode for an open file.
+    fn known(state: &CrashState, key: Option<(u64, u64)>) -> InodeId {
+        key.and_then(|k| state.by_inode.get(&k).copied())
+            .expect("a call on a file the model knows")
+    }
+
     fn link_new(state: &mut CrashState, name: String, key: Option<(u64, u64)>) {
         let inode = state.disk.inodes.len();
         state.disk.inodes.push(Inode::default());
@@ -378,6 +467,7 @@ impl FileSystem for CrashFs {
                 .expect("an fsync of a file the model knows");
             let node = &mut state.disk.inodes[inode];
             node.durable = Arc::clone(&node.live);
+            node.cut = None;
         })
     }
 
@@ -440,13 +530,85 @@ impl FileSystem for CrashFs {
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
         self.step("read_dir", self.inner.read_dir(dir), |_, _| {})
     }
+
+    fn open_write(&self, path: &Path) -> io::Result<File> {
+        let result = self.inner.open_write(path);
+        if let Ok(file) = &result {
+            assert!(
+                key_of(file).is_some_and(|k| self.state().by_inode.contains_key(&k)),
+                "{} was not written through the model",
+                path.display()
+            );
+        }
+        self.step("open_write", result, |_, _| {})
+    }
+
+    fn create_private(&self, path: &Path) -> io::Result<File> {
+        let name = self.name(path);
+        self.step(
+            "create_private",
+            self.inner.create_private(path),
+            |file, state| Self::link_new(state, name, key_of(file)),
+        )
+    }
+
+    fn write_all_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+        let offset = usize::try_from(offset).expect("small offset");
+        let key = key_of(file);
+        self.step(
+            "write_all_at",
+            self.inner.write_all_at(file, bytes, offset as u64),
+            |(), state| {
+                let inode = Self::known(state, key);
+                let live = Arc::make_mut(&mut state.disk.inodes[inode].live);
+                if live.len() < offset + bytes.len() {
+                    live.resize(offset + bytes.len(), 0);
+                }
+                live[offset..offset + bytes.len()].copy_from_slice(bytes);
+            },
+        )
+    }
+
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).expect("small length");
+        let key = key_of(file);
+        self.step(
+            "set_len",
+            self.inner.set_len(file, len as u64),
+            |(), state| {
+                let inode = Self::known(state, key);
+                let node = &mut state.disk.inodes[inode];
+                Arc::make_mut(&mut node.live).resize(len, 0);
+                node.cut = Some(node.cut.map_or(len, |cut| cut.min(len)));
+            },
+        )
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        let key = key_of(file);
+        // `fdatasync` makes the data and the size durable (what reading the data needs),
+        // not the directory entry of a new file: that takes a `sync_dir`.
+        self.step("sync_data", self.inner.sync_data(file), |(), state| {
+            let inode = Self::known(state, key);
+            let node = &mut state.disk.inodes[inode];
+            node.durable = Arc::clone(&node.live);
+            node.cut = None;
+        })
+    }
+
+    fn set_file_private(&self, file: &File) -> io::Result<()> {
+        // Modes are not modelled: every file a recovery builds is 0600.
+        self.step(
+            "set_file_private",
+            self.inner.set_file_private(file),
+            |(), _| {},
+        )
+    }
 }
 
 // ---------------------------------------------------------------------------------------
 // Writers: the store, and copies of atomic::replace with a step removed.
 // ---------------------------------------------------------------------------------------
-
-type ReplaceFn = fn(&dyn FileSystem, &Path, &Path, &str, &[u8]) -> Result<(), ReplaceError>;
 
 /// A copy of [`atomic::replace`] in which the file fsync and the directory fsync can be
 /// left out.
@@ -531,18 +693,43 @@ enum Writer {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
+    /// Saves a snapshot built on the stored revision (no provenance): a full rewrite.
     Save,
+    /// Loads the session and saves it with a turn of about this many bytes appended: an
+    /// append to the journal, or a compaction once the journal would pass its bound.
+    Append(usize),
+    /// An append sized to bring the journal to about [`FILL_TO`] bytes, just under its
+    /// 64 KiB bound, so that the next append compacts.
+    Fill,
     Delete,
+    /// Not an operation under test: writes back, durably and through the model, the
+    /// journal a rewrite emptied (its records, for the older base): what a crash leaves
+    /// when it loses that emptying, or an older store version that did not sync it. The
+    /// next append must start a new journal over it.
+    PlantStale,
 }
 
 const ID: &str = "s";
+
+/// Where [`Action::Fill`] brings the journal.
+const FILL_TO: u64 = 62_000;
+
+/// What a load finds: the base snapshot's bytes, and the snapshot with the journal
+/// applied. `None`: no session.
+#[derive(Debug, Clone, PartialEq)]
+struct Stored {
+    base: Vec<u8>,
+    snapshot: SessionSnapshot,
+}
+
+type State = Option<Stored>;
 
 /// One operation of a run, with the disk after each of its calls.
 struct OpRecord {
     label: String,
     /// What a load gave before it (the last acknowledged state) and should give after it.
-    before: Option<Vec<u8>>,
-    after: Option<Vec<u8>>,
+    before: State,
+    after: State,
     acknowledged: bool,
     /// `steps[0]` is the disk before its first call; `steps[j]` after call `j`.
     steps: Vec<(&'static str, Disk)>,
@@ -570,8 +757,15 @@ enum Start {
     MissingParent,
 }
 
+/// The state stored under `base` bytes: the snapshot they decode to.
+fn stored_from_bytes(base: Vec<u8>) -> Stored {
+    let snapshot = SessionSnapshot::from_json(&base).expect("decode a test snapshot");
+    Stored { base, snapshot }
+}
+
 /// Runs `plan` with `writer` on a fresh directory under the crash model, recording the disk
 /// after every call.
+#[allow(clippy::too_many_lines)]
 fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
     let (_scratch, base) = scratch_dir();
     let root = match start {
@@ -589,6 +783,7 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
     let fs = Arc::new(CrashFs::new(root.clone()));
     let id = SessionId::parse(ID).expect("valid id");
     let target = root.join(format!("{ID}.json"));
+    let journal = root.join(format!("{ID}.journal"));
     let mut records = Vec::new();
     let mut disk = fs.disk();
     let mut finish = |label: String, before, after, acknowledged: bool, disk: &mut Disk| {
@@ -605,7 +800,8 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
     };
     let store = match writer {
         Writer::Store => {
-            let store = FileSessionStore::open_with(&root, DEFAULT_MAX_SNAPSHOT_BYTES, fs.clone())
+            let shared: Arc<dyn FileSystem> = fs.clone();
+            let store = FileSessionStore::open_with(&root, DEFAULT_MAX_SNAPSHOT_BYTES, shared)
                 .expect("open on the crash model");
             finish("open".into(), None, None, true, &mut disk);
             Some(store)
@@ -613,9 +809,34 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
         Writer::Replace(_) => None,
     };
     let mut revision = 0_u64;
-    let mut current: Option<Vec<u8>> = None;
+    let mut current: State = None;
+    // The records of the last journal a rewrite emptied, and whether they were just
+    // planted back.
+    let mut emptied: Option<Vec<u8>> = None;
+    let mut planted = false;
     for action in plan {
-        let (label, result, after) = match action {
+        if *action == Action::Save {
+            emptied = std::fs::read(&journal)
+                .ok()
+                .filter(|j| !j.is_empty())
+                .or(emptied);
+        }
+        if *action == Action::PlantStale {
+            let bytes = emptied
+                .clone()
+                .expect("a rewrite emptied a journal with records");
+            let file = fs.open_write(&journal).expect("open the journal");
+            fs.write_all_at(&file, &bytes, 0)
+                .expect("plant the records");
+            fs.sync_data(&file).expect("sync the planted records");
+            // Setup, not a crash point.
+            fs.take_log();
+            disk = fs.disk();
+            planted = true;
+            continue;
+        }
+        let over_stale = std::mem::take(&mut planted);
+        let (label, result, after) = match *action {
             Action::Save => {
                 let snapshot = snapshot_on(&id, revision, "crash", size_of_revision(revision + 1));
                 let bytes = encoded(&snapshot);
@@ -632,9 +853,47 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                 (
                     format!("save of revision {}", revision + 1),
                     result,
-                    Some(bytes),
+                    Some(stored_from_bytes(bytes)),
                 )
             }
+            Action::Append(_) | Action::Fill => {
+                let store = store.as_ref().expect("appends go through the store");
+                let loaded = store.load(&id).expect("load before an append");
+                // The load changed nothing on disk: its calls are no crash points.
+                fs.take_log();
+                let journal_len = std::fs::metadata(&journal).map_or(0, |m| m.len());
+                let size = match *action {
+                    Action::Append(size) => size,
+                    _ => usize::try_from(FILL_TO.saturating_sub(journal_len + 500))
+                        .expect("small size"),
+                };
+                let next = appended(&loaded, "crash turn", size);
+                let base_before = std::fs::read(&target).expect("read the base");
+                let result = store.save(&next).map(|_| ()).map_err(|e| e.to_string());
+                let base_after = std::fs::read(&target).expect("read the base");
+                let what = if base_after == base_before {
+                    if over_stale {
+                        "append over a stale journal"
+                    } else if *action == Action::Fill {
+                        "append filling the journal"
+                    } else if journal_len == 0 {
+                        "append (the journal started)"
+                    } else {
+                        "append"
+                    }
+                } else {
+                    "compaction"
+                };
+                (
+                    format!("{what} of revision {}", revision + 1),
+                    result,
+                    Some(Stored {
+                        base: base_after,
+                        snapshot: saved(&next),
+                    }),
+                )
+            }
+            Action::PlantStale => unreachable!("handled above"),
             Action::Delete => {
                 let store = store.as_ref().expect("deletes go through the store");
                 (
@@ -645,10 +904,34 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
             }
         };
         result.unwrap_or_else(|e| panic!("{label} failed without a crash: {e}"));
-        assert_eq!(std::fs::read(&target).ok(), after, "{label}: live content");
+        assert_eq!(
+            std::fs::read(&target).ok(),
+            after.as_ref().map(|a| a.base.clone()),
+            "{label}: live content"
+        );
+        if matches!(writer, Writer::Store) {
+            // What a store reading the live files loads is the state expected after it.
+            let live = FileSessionStore::open(&root)
+                .expect("open on the live files")
+                .load(&id);
+            match (&live, &after) {
+                (Ok(loaded), Some(after)) => {
+                    assert_eq!(*loaded, after.snapshot, "{label}: live state");
+                }
+                (Err(e), None) => assert!(e.is_not_found(), "{label}: {e}"),
+                _ => panic!("{label}: live load {live:?}"),
+            }
+        }
+        if *action == Action::Fill {
+            let len = std::fs::metadata(&journal).expect("journal").len();
+            assert!(
+                (FILL_TO - 2_000..64 * 1024).contains(&len),
+                "{label}: the journal holds {len} bytes"
+            );
+        }
         revision = match action {
-            Action::Save => revision + 1,
             Action::Delete => 0,
+            _ => revision + 1,
         };
         let before = std::mem::replace(&mut current, after.clone());
         finish(label, before, after, true, &mut disk);
@@ -660,29 +943,59 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
 // Recovery and the check.
 // ---------------------------------------------------------------------------------------
 
-/// Builds the post-crash directory at `at` and opens a store on it; returns what a load
-/// gives (the raw bytes of the snapshot, `None` if there is none), or why recovery failed.
-fn recover(
+/// The files a crash leaves: `None` for a lost store directory, else each name and content.
+type CrashFiles = Option<Vec<(String, Vec<u8>)>>;
+
+/// The files of `entries` after a crash that damages unsynced bytes by `damage` and treats
+/// size changes by `fate`.
+fn crash_files(
     disk: &Disk,
     entries: Option<&BTreeMap<String, InodeId>>,
     damage: Damage,
-    at: &Path,
-) -> Result<Option<Vec<u8>>, String> {
+    fate: Fate,
+) -> CrashFiles {
+    entries.map(|entries| {
+        entries
+            .iter()
+            .map(|(name, &inode)| (name.clone(), damage.apply_with(&disk.inodes[inode], fate)))
+            .collect()
+    })
+}
+
+/// Where a crash can cut a journal write of `n` unsynced bytes: after every byte. Outside
+/// the long run, a write over 4 KiB (the one that fills the journal before a compaction)
+/// is cut after every byte of its first and last 512, and every 251st between.
+fn byte_cuts(n: usize) -> Vec<usize> {
+    if long_run() || n <= 4096 {
+        (0..=n).collect()
+    } else {
+        (0..=512)
+            .chain((513..n - 512).step_by(251))
+            .chain(n - 512..=n)
+            .collect()
+    }
+}
+
+/// Builds the post-crash directory at `at` from `files` and opens a store on it; returns
+/// what a load gives, or why recovery failed. Then checks the recovered store keeps
+/// working: an append on what it loaded (which must cut any torn tail first, so the new
+/// record is not swallowed by it) loads back exactly, and so does a full rewrite after it.
+fn recover(files: &CrashFiles, at: &Path) -> Result<State, String> {
     // A lost store directory is simply not there: opening creates it anew.
-    if entries.is_some() {
+    if let Some(files) = files {
         DirBuilder::new()
             .mode(0o700)
             .create(at)
             .map_err(|e| e.to_string())?;
-    }
-    for (name, &inode) in entries.into_iter().flatten() {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(at.join(name))
-            .and_then(|mut f| f.write_all(&damage.apply(&disk.inodes[inode])))
-            .map_err(|e| e.to_string())?;
+        for (name, bytes) in files {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(at.join(name))
+                .and_then(|mut f| f.write_all(bytes))
+                .map_err(|e| e.to_string())?;
+        }
     }
     let store = FileSessionStore::open(at).map_err(|e| format!("open failed: {e}"))?;
     let left = temp_files(at);
@@ -691,31 +1004,72 @@ fn recover(
     }
     let id = SessionId::parse(ID).expect("valid id");
     let raw = std::fs::read(store.path_of(&id)).ok();
-    let revision = match (store.load(&id), &raw) {
-        (Ok(snapshot), Some(_)) => snapshot.revision().as_u64(),
-        (Err(e), None) if e.is_not_found() => 0,
+    let found = match (store.load(&id), raw) {
+        (Ok(snapshot), Some(base)) => Some(Stored { base, snapshot }),
+        (Err(e), None) if e.is_not_found() => None,
         (Err(e), _) => return Err(format!("load failed: {e}")),
         (Ok(_), None) => return Err("loaded a snapshot that is not there".into()),
     };
     let listing = store.list().map_err(|e| format!("list failed: {e}"))?;
-    if !listing.unreadable.is_empty() || listing.sessions.len() != usize::from(raw.is_some()) {
+    let listed: Vec<u64> = listing
+        .sessions
+        .iter()
+        .map(|s| s.revision.as_u64())
+        .collect();
+    let expected: Vec<u64> = found
+        .iter()
+        .map(|f| f.snapshot.revision().as_u64())
+        .collect();
+    if !listing.unreadable.is_empty() || listed != expected {
         return Err(format!(
-            "list shows {} sessions and unreadable {:?}",
-            listing.sessions.len(),
+            "list shows revisions {listed:?} (a load finds {expected:?}) and unreadable {:?}",
             listing.unreadable
         ));
     }
-    // The recovered store keeps working: a save on top of what it recovered succeeds.
+    let reload = |what: &str| {
+        FileSessionStore::open(at)
+            .and_then(|s| s.load(&id))
+            .map_err(|e| format!("load after {what} failed: {e}"))
+    };
+    let revision = match &found {
+        Some(stored) => {
+            let next = appended(&stored.snapshot, "after recovery", 100);
+            store
+                .save(&next)
+                .map_err(|e| format!("append after recovery failed: {e}"))?;
+            if std::fs::read(store.path_of(&id)).ok().as_ref() != Some(&stored.base) {
+                return Err("the append after recovery rewrote the base instead".into());
+            }
+            let loaded = reload("the append after recovery")?;
+            if loaded != saved(&next) {
+                return Err(format!(
+                    "the append after recovery loads back as revision {} with {} messages, \
+                     not revision {} with {}",
+                    loaded.revision(),
+                    loaded.transcript().len(),
+                    next.revision().next(),
+                    next.transcript().len()
+                ));
+            }
+            loaded.revision().as_u64()
+        }
+        None => 0,
+    };
+    // A full rewrite on top of it works too.
+    let rewrite = snapshot_on(&id, revision, "after recovery", 50);
     store
-        .save(&snapshot_on(&id, revision, "after recovery", 50))
+        .save(&rewrite)
         .map_err(|e| format!("save after recovery failed: {e}"))?;
-    Ok(raw)
+    if reload("the save after recovery")? != saved(&rewrite) {
+        return Err("the save after recovery does not load back".into());
+    }
+    Ok(found)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// Recovery failed: open, load or list errored (a torn or empty file), or a temporary
-    /// file survived the open.
+    /// file survived the open, or the store could not save on what it recovered.
     Unrecoverable,
     /// A call had returned `Ok`, yet recovery gave another (older) readable state.
     AcknowledgedLost,
@@ -736,75 +1090,175 @@ struct Figures {
     directory_states: usize,
     recoveries: usize,
     damage_variants: usize,
+    /// Recoveries with a journal write cut after a given byte ([`Damage::Bytes`]).
+    byte_cuts: usize,
+    /// Recoveries with size changes (`set_len`) lost while data after them persisted.
+    truncations_lost: usize,
 }
 
-/// Cuts power at every recorded step of every operation, in every crash directory and
-/// with every damage variant, and checks recovery.
-fn check(records: &[OpRecord]) -> (Figures, Vec<Violation>) {
-    let (_scratch, base) = scratch_dir();
-    let damages = Damage::variants();
+impl Figures {
+    fn add(&mut self, other: &Figures) {
+        self.crash_points += other.crash_points;
+        self.after_acknowledgement += other.after_acknowledgement;
+        self.directory_states += other.directory_states;
+        self.recoveries += other.recoveries;
+        self.byte_cuts += other.byte_cuts;
+        self.truncations_lost += other.truncations_lost;
+    }
+}
+
+/// Which fates of unsynced size changes [`check`] tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fates {
+    /// Size changes reach the disk before the data written after them ([`Fate::Kept`]).
+    Ordered,
+    /// Only the crashes that lose a size change ([`Fate::Lost`]), where one was made.
+    LostOnly,
+}
+
+/// Cuts power at every recorded step of every operation, in every crash directory, with
+/// every damage variant (and a cut at every byte of an unsynced journal write) and the
+/// `fates` of unsynced size changes, and checks recovery. Crash outcomes that leave the
+/// same files are recovered once per step. The steps are shared among the available cores.
+fn check(records: &[OpRecord], fates: Fates) -> (Figures, Vec<Violation>) {
+    let points: Vec<(usize, usize)> = records
+        .iter()
+        .enumerate()
+        .flat_map(|(r, record)| (0..record.steps.len()).map(move |j| (r, j)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
     let mut figures = Figures {
-        damage_variants: damages.len(),
+        damage_variants: Damage::variants().len(),
         ..Figures::default()
     };
-    let mut violations = Vec::new();
-    for record in records {
-        for (j, (call, disk)) in record.steps.iter().enumerate() {
-            let acknowledged = record.acknowledged && j + 1 == record.steps.len();
-            figures.crash_points += 1;
-            figures.after_acknowledgement += usize::from(acknowledged);
-            for entries in disk.crash_directories(long_run()) {
-                figures.directory_states += 1;
-                for &damage in &damages {
-                    figures.recoveries += 1;
-                    let at = base.join(format!("r{}", figures.recoveries));
-                    let outcome = recover(disk, entries.as_ref(), damage, &at);
-                    let _ = std::fs::remove_dir_all(&at);
-                    let kind = match &outcome {
-                        Err(_) => Some(Kind::Unrecoverable),
-                        Ok(found) if *found == record.after => None,
-                        Ok(found) if !acknowledged && *found == record.before => None,
-                        Ok(_) if acknowledged => Some(Kind::AcknowledgedLost),
-                        Ok(_) => Some(Kind::Neither),
-                    };
-                    if let Some(kind) = kind {
-                        violations.push(Violation {
-                            kind,
-                            what: format!(
-                                "{}: cut after call {j} ({call}){}, directory {}, {damage:?}: {}",
-                                record.label,
-                                if acknowledged { ", acknowledged" } else { "" },
-                                entries.as_ref().map_or_else(
-                                    || "lost".to_owned(),
-                                    |e| format!("{:?}", e.keys().collect::<Vec<_>>())
-                                ),
-                                match &outcome {
-                                    Err(why) => why.clone(),
-                                    Ok(None) => "recovered: no snapshot".into(),
-                                    Ok(Some(bytes)) => format!(
-                                        "recovered a {}-byte snapshot that is not the expected one",
-                                        bytes.len()
-                                    ),
-                                }
-                            ),
-                        });
+    let mut violations: Vec<(usize, Violation)> = Vec::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let (_scratch, base) = scratch_dir();
+                    let mut figures = Figures::default();
+                    let mut found = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(r, j)) = points.get(i) else { break };
+                        for violation in check_point(&records[r], j, fates, &base, &mut figures) {
+                            found.push((i, violation));
+                        }
                     }
+                    (figures, found)
+                })
+            })
+            .collect();
+        for handle in handles {
+            let (part, found) = handle.join().expect("a checking thread panicked");
+            figures.add(&part);
+            violations.extend(found);
+        }
+    });
+    violations.sort_by_key(|(i, _)| *i);
+    (figures, violations.into_iter().map(|(_, v)| v).collect())
+}
+
+/// Checks the crashes at step `j` of `record`, recovering under `base`.
+fn check_point(
+    record: &OpRecord,
+    j: usize,
+    fates: Fates,
+    base: &Path,
+    figures: &mut Figures,
+) -> Vec<Violation> {
+    let journal = format!("{ID}.journal");
+    let (call, disk) = &record.steps[j];
+    let acknowledged = record.acknowledged && j + 1 == record.steps.len();
+    figures.crash_points += 1;
+    figures.after_acknowledgement += usize::from(acknowledged);
+    let mut violations = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for entries in disk.crash_directories(long_run()) {
+        figures.directory_states += 1;
+        let mut tried = Damage::variants();
+        let mut tried_fates = match fates {
+            Fates::Ordered => vec![Fate::Kept],
+            Fates::LostOnly => Vec::new(),
+        };
+        if let Some(entries) = &entries {
+            if let Some(&inode) = entries.get(&journal) {
+                let n = Damage::unsynced_bytes(&disk.inodes[inode]);
+                if n > 0 {
+                    tried.extend(byte_cuts(n).into_iter().map(Damage::Bytes));
+                }
+            }
+            let lost_differs = entries.values().any(|&i| {
+                let inode = &disk.inodes[i];
+                Fate::variants(inode).contains(&Fate::Lost)
+                    && inode.cut.is_some_and(|cut| cut < inode.durable.len())
+            });
+            if fates == Fates::LostOnly && lost_differs {
+                tried_fates.push(Fate::Lost);
+            }
+        }
+        for &fate in &tried_fates {
+            for &damage in &tried {
+                let files = crash_files(disk, entries.as_ref(), damage, fate);
+                if !seen.insert(files.clone()) {
+                    continue;
+                }
+                figures.recoveries += 1;
+                figures.byte_cuts += usize::from(matches!(damage, Damage::Bytes(_)));
+                figures.truncations_lost += usize::from(fate == Fate::Lost);
+                let at = base.join(format!("r{}", figures.recoveries));
+                let outcome = recover(&files, &at);
+                let _ = std::fs::remove_dir_all(&at);
+                let kind = match &outcome {
+                    Err(_) => Some(Kind::Unrecoverable),
+                    Ok(found) if *found == record.after => None,
+                    Ok(found) if !acknowledged && *found == record.before => None,
+                    Ok(_) if acknowledged => Some(Kind::AcknowledgedLost),
+                    Ok(_) => Some(Kind::Neither),
+                };
+                if let Some(kind) = kind {
+                    violations.push(Violation {
+                        kind,
+                        what: format!(
+                            "{}: cut after call {j} ({call}){}, directory {}, {damage:?}, size changes {fate:?}: {}",
+                            record.label,
+                            if acknowledged { ", acknowledged" } else { "" },
+                            entries.as_ref().map_or_else(
+                                || "lost".to_owned(),
+                                |e| format!("{:?}", e.keys().collect::<Vec<_>>())
+                            ),
+                            match &outcome {
+                                Err(why) => why.clone(),
+                                Ok(None) => "recovered: no snapshot".into(),
+                                Ok(Some(found)) => format!(
+                                    "recovered revision {} ({}-byte base) that is not the expected one",
+                                    found.snapshot.revision(),
+                                    found.base.len()
+                                ),
+                            }
+                        ),
+                    });
                 }
             }
         }
     }
-    (figures, violations)
+    violations
 }
 
 fn report(name: &str, figures: &Figures, violations: &[Violation]) {
     eprintln!(
         "crash model, {name}: {} crash points ({} after an acknowledged call), {} post-crash \
-         directory states, {} damage variants, {} recoveries checked, {} violations",
+         directory states, {} damage variants, {} distinct recoveries checked ({} with a \
+         journal write cut at a given byte, {} with unsynced size changes lost), {} violations",
         figures.crash_points,
         figures.after_acknowledgement,
         figures.directory_states,
         figures.damage_variants,
         figures.recoveries,
+        figures.byte_cuts,
+        figures.truncations_lost,
         violations.len()
     );
 }
@@ -820,6 +1274,44 @@ fn store_plan() -> Vec<Action> {
     }
 }
 
+/// The journal's life: created by a first append, appended to, emptied by a rewrite and
+/// started again at offset 0, filled close to its bound and compacted (a rewrite), started
+/// again, deleted with the session, and started once more for a new session of that id.
+fn journal_plan() -> Vec<Action> {
+    use Action::{Append, Delete, Fill, Save};
+    vec![
+        Save,
+        Append(150),
+        Append(150),
+        Save,
+        Append(150),
+        Fill,
+        Append(4_000),
+        Append(150),
+        Append(150),
+        Delete,
+        Save,
+        Append(150),
+    ]
+}
+
+/// A journal of three records for the first base, emptied by a rewrite, then found again
+/// by the next append (planted back: the emptying lost), which starts a new journal over
+/// it; one more append follows.
+fn stale_journal_plan() -> Vec<Action> {
+    use Action::{Append, PlantStale, Save};
+    vec![
+        Save,
+        Append(150),
+        Append(150),
+        Append(150),
+        Save,
+        PlantStale,
+        Append(150),
+        Append(150),
+    ]
+}
+
 const CONTROL_PLAN: [Action; 3] = [Action::Save, Action::Save, Action::Save];
 
 // ---------------------------------------------------------------------------------------
@@ -830,6 +1322,7 @@ const CONTROL_PLAN: [Action; 3] = [Action::Save, Action::Save, Action::Save];
 fn damage_variants_each_change_the_unsynced_bytes_their_own_way() {
     let inode = Inode {
         durable: Arc::new(b"AB".to_vec()),
+        cut: None,
         live: Arc::new(
             (0..1200)
                 .map(|i| b'a' + u8::try_from(i % 26).unwrap())
@@ -864,6 +1357,7 @@ fn damage_variants_each_change_the_unsynced_bytes_their_own_way() {
     // A file with nothing unsynced is never damaged.
     let synced = Inode {
         durable: Arc::clone(&inode.live),
+        cut: None,
         live: Arc::clone(&inode.live),
     };
     for damage in Damage::variants() {
@@ -903,9 +1397,57 @@ fn crash_model_tracks_durable_bytes_and_directory_entries() {
 }
 
 #[test]
+fn crash_model_keeps_or_loses_unsynced_truncations_and_positioned_writes() {
+    let (_scratch, base) = scratch_dir();
+    let root = base.join("d");
+    DirBuilder::new().mode(0o700).create(&root).expect("dir");
+    let fs = CrashFs::new(root.clone());
+    let file = fs.create_private(&root.join("j")).expect("create");
+    // A synced journal whose last 8 bytes are a torn tail ...
+    fs.write_all_at(&file, b"HEADREC1TORNTAIL", 0)
+        .expect("write");
+    fs.sync_data(&file).expect("sync");
+    // ... cut off, and a new record written in its place, not synced yet.
+    fs.set_len(&file, 8).expect("cut");
+    fs.write_all_at(&file, b"REC2!", 8).expect("write");
+    let disk = fs.disk();
+    let inode = &disk.inodes[0];
+    assert_eq!(*inode.live, b"HEADREC1REC2!");
+    assert_eq!(inode.cut, Some(8));
+    assert_eq!(Damage::unsynced_bytes(inode), 5);
+    let crash = |damage: Damage, fate| String::from_utf8(damage.apply_with(inode, fate)).unwrap();
+    // The cut kept: the old tail is gone, whatever part of the record reached the disk.
+    assert_eq!(crash(Damage::Dropped, Fate::Kept), "HEADREC1");
+    assert_eq!(crash(Damage::Bytes(2), Fate::Kept), "HEADREC1RE");
+    assert_eq!(crash(Damage::Persisted, Fate::Kept), "HEADREC1REC2!");
+    // The cut lost: the record's bytes that reached the disk lie over the old tail.
+    assert_eq!(crash(Damage::Dropped, Fate::Lost), "HEADREC1TORNTAIL");
+    assert_eq!(crash(Damage::Bytes(2), Fate::Lost), "HEADREC1RERNTAIL");
+    assert_eq!(crash(Damage::Persisted, Fate::Lost), "HEADREC1REC2!AIL");
+    assert_eq!(Fate::variants(inode), [Fate::Kept, Fate::Lost]);
+    // `sync_data` makes the data and the size durable: nothing left to lose.
+    fs.sync_data(&file).expect("sync");
+    let disk = fs.disk();
+    let inode = &disk.inodes[0];
+    assert_eq!(inode.cut, None);
+    for damage in Damage::variants() {
+        assert_eq!(damage.apply(inode), b"HEADREC1REC2!", "{damage:?}");
+    }
+    // The file's entry is still not durable: only a `sync_dir` makes it so.
+    assert!(disk.durable_dir.is_empty());
+    assert_eq!(
+        disk.pending,
+        [DirOp::Link {
+            name: "j".into(),
+            inode: 0
+        }]
+    );
+}
+
+#[test]
 fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot() {
     let records = record_run(Writer::Store, &store_plan(), Start::Existing);
-    let (figures, violations) = check(&records);
+    let (figures, violations) = check(&records, Fates::Ordered);
     report(
         "FileSessionStore (open, saves, delete)",
         &figures,
@@ -929,13 +1471,14 @@ fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot(
         .filter(|r| r.label.starts_with("save"))
         .count();
     assert!(saves >= 4);
-    // A first save makes 7 calls, a save over a file 8 (see fault_injection's clean
-    // sequences); each is cut before its first call and after every call.
+    // A first save makes 14 calls, a save over a file this store saved 16 (it checks the
+    // base's header first): see fault_injection's clean sequences (the rewrite, then the
+    // journal and the summary). Each is cut before its first call and after every call.
     assert!(
         records
             .iter()
             .filter(|r| r.label.starts_with("save"))
-            .all(|r| matches!(r.steps.len(), 8 | 9)),
+            .all(|r| matches!(r.steps.len(), 15 | 17)),
         "{:?}",
         records
             .iter()
@@ -946,13 +1489,121 @@ fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot(
 }
 
 #[test]
+fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_new_state() {
+    let records = record_run(Writer::Store, &journal_plan(), Start::Existing);
+    // The run is the one described: the journal started three times (a first append, an
+    // append after a rewrite emptied it, an append after the compaction emptied it) and
+    // once more after the delete, appended to, and compacted once.
+    let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
+    let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count("append (the journal started)"), 4, "{labels:?}");
+    assert_eq!(count("append of"), 2, "{labels:?}");
+    assert_eq!(count("append filling"), 1, "{labels:?}");
+    assert_eq!(count("compaction"), 1, "{labels:?}");
+    assert_eq!(count("delete"), 1, "{labels:?}");
+    let (figures, violations) = check(&records, Fates::Ordered);
+    report(
+        "FileSessionStore with its journal (appends, rewrite, compaction, delete)",
+        &figures,
+        &violations,
+    );
+    assert!(figures.byte_cuts > 0, "{figures:?}");
+    assert_no_violations(&violations);
+}
+
+/// Fails with a digest of `violations`, if there are any.
+fn assert_no_violations(violations: &[Violation]) {
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for v in violations {
+        *kinds
+            .entry(format!(
+                "{:?} in {}",
+                v.kind,
+                v.what.split(':').next().unwrap_or("")
+            ))
+            .or_default() += 1;
+    }
+    assert!(
+        violations.is_empty(),
+        "{} violations ({kinds:?}), first ones:\n{}",
+        violations.len(),
+        violations
+            .iter()
+            .take(12)
+            .map(|v| format!("{:?}: {}", v.kind, v.what))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn a_lost_truncation_of_the_journal_never_lets_a_new_record_land_over_stale_records() {
+    // `ftruncate` is a metadata change: until an fsync, a crash may lose it while data
+    // written after it reaches the disk. A rewrite (or compaction) empties the journal;
+    // the next append writes the new journal's header and record at offset 0. Were the
+    // emptying an unsynced `set_len(0)`, a crash keeping (part of) those bytes but losing
+    // the truncation would leave them over the old records, which follow them intact: the
+    // load reports corruption, and the session cannot be loaded at all. (A torn tail cut
+    // at the end of the live records is safe: what follows a new record there is a
+    // fragment of one frame, never an intact one.) So the store syncs the emptying
+    // (`set_len(0)` then `sync_data`) before the journal is written again.
+    let records = record_run(Writer::Store, &journal_plan(), Start::Existing);
+    let (figures, violations) = check(&records, Fates::LostOnly);
+    report(
+        "FileSessionStore with its journal, unsynced size changes lost",
+        &figures,
+        &violations,
+    );
+    assert!(figures.truncations_lost > 0, "{figures:?}");
+    assert_no_violations(&violations);
+}
+
+#[test]
+fn an_append_over_a_stale_journal_empties_it_durably_before_writing_the_new_journal() {
+    // A journal holding an older base's records (three of them, longer than the new
+    // journal's header and first record) is found by the next append, which starts a new
+    // journal at offset 0. Were it only cut with an unsynced `set_len(0)` before the new
+    // bytes are written, a crash that loses that cut but keeps (part of) the new bytes
+    // would leave the new header and record over the stale records' remainder, intact
+    // frames among it: a session that no longer loads. So the store empties the stale
+    // journal durably first. Every crash point of that append, with size changes kept in
+    // order and with them lost, must recover the old or the new state.
+    let records = record_run(Writer::Store, &stale_journal_plan(), Start::Existing);
+    let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
+    assert_eq!(
+        labels
+            .iter()
+            .filter(|l| l.starts_with("append over a stale journal"))
+            .count(),
+        1,
+        "{labels:?}"
+    );
+    let (figures, mut violations) = check(&records, Fates::Ordered);
+    report(
+        "FileSessionStore appending over a stale journal",
+        &figures,
+        &violations,
+    );
+    assert!(figures.byte_cuts > 0, "{figures:?}");
+    let (lost, found) = check(&records, Fates::LostOnly);
+    report(
+        "FileSessionStore appending over a stale journal, unsynced size changes lost",
+        &lost,
+        &found,
+    );
+    assert!(lost.truncations_lost > 0, "{lost:?}");
+    violations.extend(found);
+    assert_no_violations(&violations);
+}
+
+#[test]
 fn the_unbroken_copy_and_atomic_replace_pass_the_crash_model() {
     for (name, writer) in [
-        ("atomic::replace", Writer::Replace(atomic::replace)),
+        ("atomic::replace", Writer::Replace(durable_replace)),
         ("the unbroken copy", Writer::Replace(replace_copy_unbroken)),
     ] {
         let records = record_run(writer, &CONTROL_PLAN, Start::Existing);
-        let (figures, violations) = check(&records);
+        let (figures, violations) = check(&records, Fates::Ordered);
         report(name, &figures, &violations);
         assert!(violations.is_empty(), "{name}: {violations:?}");
         let calls: Vec<_> = records[0].steps[1..].iter().map(|(c, _)| *c).collect();
@@ -977,7 +1628,7 @@ fn the_crash_model_catches_a_writer_without_the_file_fsync() {
         &CONTROL_PLAN,
         Start::Existing,
     );
-    let (figures, violations) = check(&records);
+    let (figures, violations) = check(&records, Fates::Ordered);
     report("control without the file fsync", &figures, &violations);
     let caught = violations
         .iter()
@@ -1004,7 +1655,7 @@ fn the_crash_model_catches_a_writer_without_the_directory_fsync() {
         &CONTROL_PLAN,
         Start::Existing,
     );
-    let (figures, violations) = check(&records);
+    let (figures, violations) = check(&records, Fates::Ordered);
     report("control without the directory fsync", &figures, &violations);
     let lost: Vec<_> = violations
         .iter()
@@ -1027,7 +1678,7 @@ fn a_power_cut_after_the_first_save_into_a_new_store_directory_keeps_the_save() 
     // `open` creates `<base>/store` and fsyncs `<base>`, so the directory entry is durable
     // before any save is acknowledged.
     let records = record_run(Writer::Store, &[Action::Save, Action::Save], Start::Missing);
-    let (figures, violations) = check(&records);
+    let (figures, violations) = check(&records, Fates::Ordered);
     report(
         "FileSessionStore creating its directory",
         &figures,
@@ -1052,7 +1703,7 @@ fn a_power_cut_after_the_first_save_into_new_nested_directories_keeps_the_save()
         &[Action::Save, Action::Save],
         Start::MissingParent,
     );
-    let (figures, violations) = check(&records);
+    let (figures, violations) = check(&records, Fates::Ordered);
     report(
         "FileSessionStore creating its directory and its parent",
         &figures,
@@ -1167,9 +1818,11 @@ impl CutFs {
         }
     }
 
-    /// Cuts now if no call did; returns how many calls were made before the cut.
-    fn cut_if_not_yet(&self) -> usize {
+    /// Cuts now if no call did; returns how many calls were made before the cut, and
+    /// whether it came before one of them (rather than after the operation returned).
+    fn cut_if_not_yet(&self) -> (usize, bool) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let during = state.2;
         if !state.2 {
             self.tool
                 .cut(&self.point)
@@ -1177,7 +1830,7 @@ impl CutFs {
             state.2 = true;
             state.0 = Some(state.1);
         }
-        state.0.unwrap_or(0)
+        (state.0.unwrap_or(0), during)
     }
 }
 
@@ -1233,6 +1886,30 @@ impl FileSystem for CutFs {
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
         self.before_call();
         self.inner.read_dir(dir)
+    }
+    fn open_write(&self, path: &Path) -> io::Result<File> {
+        self.before_call();
+        self.inner.open_write(path)
+    }
+    fn create_private(&self, path: &Path) -> io::Result<File> {
+        self.before_call();
+        self.inner.create_private(path)
+    }
+    fn write_all_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+        self.before_call();
+        self.inner.write_all_at(file, bytes, offset)
+    }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        self.before_call();
+        self.inner.set_len(file, len)
+    }
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        self.before_call();
+        self.inner.sync_data(file)
+    }
+    fn set_file_private(&self, file: &File) -> io::Result<()> {
+        self.before_call();
+        self.inner.set_file_private(file)
     }
 }
 
@@ -1315,8 +1992,10 @@ impl Ext4Lab {
 #[derive(Debug)]
 struct Trial {
     writer: Writer,
-    /// Revisions saved (durably, by the store) before the operation.
+    /// Revisions saved (durably, by the store) before the operation: built snapshots
+    /// (full writes), then `setup_appends` of them appended to the journal.
     setup_revisions: u64,
+    setup_appends: u64,
     action: Action,
     /// The cut comes after this many calls of the operation (`usize::MAX`: after it
     /// returned).
@@ -1336,10 +2015,20 @@ impl std::fmt::Debug for Writer {
 #[derive(Debug)]
 struct TrialOutcome {
     calls_before_cut: usize,
+    /// Whether the cut came before a call of the operation (not after it returned).
+    cut_during: bool,
     acknowledged: bool,
     /// "old", "new", or what else recovery gave.
     recovered: &'static str,
     violation: Option<(Kind, String)>,
+}
+
+/// What a store on the live files in `dir` loads.
+fn live_state(dir: &Path, id: &SessionId) -> State {
+    let store = FileSessionStore::open(dir).expect("open");
+    let base = std::fs::read(store.path_of(id)).ok()?;
+    let snapshot = store.load(id).expect("load the setup");
+    Some(Stored { base, snapshot })
 }
 
 /// Runs one trial on a fresh copy of the image; `None` if mounting failed (a skip).
@@ -1357,24 +2046,32 @@ fn ext4_trial(lab: &mut Ext4Lab, trial: &Trial) -> Option<TrialOutcome> {
     // The old state, the operation, and the cut.
     let mounted = Mounted::mount("the real power cut on ext4", &options, &point)?;
     let setup = FileSessionStore::open(&dir).expect("open on ext4");
+    let built = trial.setup_revisions - trial.setup_appends;
     for n in 0..trial.setup_revisions {
-        setup
-            .save(&snapshot_on(&id, n, "ext4", size_of_revision(n + 1)))
-            .expect("setup save");
+        let snapshot = if n < built {
+            snapshot_on(&id, n, "ext4", size_of_revision(n + 1))
+        } else {
+            appended(&setup.load(&id).expect("load"), "ext4 turn", 300)
+        };
+        setup.save(&snapshot).expect("setup save");
     }
     drop(setup);
-    let before = std::fs::read(&target).ok();
+    let before = live_state(&dir, &id);
     let fs = Arc::new(CutFs {
         inner: OsFileSystem,
         point: point.clone(),
         tool: lab.tool,
         state: Mutex::new((None, 0, false)),
     });
-    let store = FileSessionStore::open_with(&dir, DEFAULT_MAX_SNAPSHOT_BYTES, fs.clone())
+    let shared: Arc<dyn FileSystem> = fs.clone();
+    let store = FileSessionStore::open_with(&dir, DEFAULT_MAX_SNAPSHOT_BYTES, shared)
         .expect("open on ext4");
     let root = store.dir().to_path_buf();
-    fs.arm(trial.cut_after);
     let revision = trial.setup_revisions;
+    // The snapshot an append extends, loaded before the cut is armed.
+    let loaded = matches!(trial.action, Action::Append(_))
+        .then(|| store.load(&id).expect("load before the append"));
+    fs.arm(trial.cut_after);
     let (result, after) = match (trial.action, trial.writer) {
         (Action::Save, writer) => {
             let snapshot = snapshot_on(&id, revision, "ext4 new", size_of_revision(revision + 1));
@@ -1386,12 +2083,22 @@ fn ext4_trial(lab: &mut Ext4Lab, trial: &Trial) -> Option<TrialOutcome> {
                         .map_err(|e| format!("{e:?}"))
                 }
             };
-            (result, Some(bytes))
+            (result, Some(stored_from_bytes(bytes)))
+        }
+        (Action::Append(size), Writer::Store) => {
+            let next = appended(&loaded.expect("a stored session"), "ext4 new turn", size);
+            let result = store.save(&next).map(|_| ()).map_err(|e| e.to_string());
+            let after = before.as_ref().map(|b| Stored {
+                base: b.base.clone(),
+                snapshot: saved(&next),
+            });
+            (result, after)
         }
         (Action::Delete, _) => (store.delete(&id).map_err(|e| e.to_string()), None),
+        (action, writer) => panic!("no ext4 trial for {action:?} by {writer:?}"),
     };
     let acknowledged = result.is_ok();
-    let calls_before_cut = fs.cut_if_not_yet();
+    let (calls_before_cut, cut_during) = fs.cut_if_not_yet();
     drop(store);
     drop(mounted);
 
@@ -1418,26 +2125,27 @@ fn ext4_trial(lab: &mut Ext4Lab, trial: &Trial) -> Option<TrialOutcome> {
     };
     Some(TrialOutcome {
         calls_before_cut,
+        cut_during,
         acknowledged,
         recovered,
         violation,
     })
 }
 
-/// Opens a store on the remounted image and loads the snapshot: its raw bytes (`None` if
-/// there is none), or why recovery failed.
-fn ext4_recover(dir: &Path, id: &SessionId) -> Result<Option<Vec<u8>>, String> {
+/// Opens a store on the remounted image and loads the session (`None` if there is none),
+/// or says why recovery failed.
+fn ext4_recover(dir: &Path, id: &SessionId) -> Result<State, String> {
     let store = FileSessionStore::open(dir).map_err(|e| format!("open: {e}"))?;
     let left = temp_files(dir);
     if !left.is_empty() {
         return Err(format!("temporary files left: {left:?}"));
     }
     let raw = std::fs::read(store.path_of(id)).ok();
-    match store.load(id) {
-        Ok(_) if raw.is_some() => Ok(raw),
-        Err(e) if e.is_not_found() && raw.is_none() => Ok(None),
-        Ok(_) => Err("loaded a missing snapshot".into()),
-        Err(e) => Err(format!(
+    match (store.load(id), raw) {
+        (Ok(snapshot), Some(base)) => Ok(Some(Stored { base, snapshot })),
+        (Err(e), None) if e.is_not_found() => Ok(None),
+        (Ok(_), None) => Err("loaded a missing snapshot".into()),
+        (Err(e), raw) => Err(format!(
             "load failed: {e} ({} bytes on disk)",
             raw.map_or(0, |r| r.len())
         )),
@@ -1449,57 +2157,60 @@ fn real_power_cut_on_a_loop_mounted_ext4_image() {
     let Some(mut lab) = Ext4Lab::new() else {
         return;
     };
-    let mut trials = Vec::new();
-    // The store: a save replacing revision 1 (6 calls) cut before each call and after it
-    // returned; the long run adds the first save, a third save and a delete.
-    let setups: &[u64] = if long_run() { &[0, 1, 2] } else { &[1] };
-    for &setup_revisions in setups {
-        for cut_after in (0..6).chain([usize::MAX]) {
-            trials.push(Trial {
-                writer: Writer::Store,
-                setup_revisions,
-                action: Action::Save,
-                cut_after,
-            });
-        }
-    }
+    // The store, cut before each call of an operation and after it returned: a save
+    // replacing revision 1 (read from the files by a new store instance), the first append
+    // (the journal created) and an append to a journal with a record; the long run adds
+    // the first save, a third save and a delete of a session with a journal.
+    let mut operations = vec![
+        (1, 0, Action::Save),
+        (1, 0, Action::Append(300)),
+        (2, 1, Action::Append(300)),
+    ];
     if long_run() {
-        for cut_after in (0..3).chain([usize::MAX]) {
-            trials.push(Trial {
-                writer: Writer::Store,
-                setup_revisions: 1,
-                action: Action::Delete,
-                cut_after,
-            });
-        }
+        operations.extend([
+            (0, 0, Action::Save),
+            (2, 0, Action::Save),
+            (2, 1, Action::Delete),
+        ]);
     }
     let mut store_cuts = 0;
     let mut acknowledged = 0;
     let mut seen = Vec::new();
-    for trial in &trials {
-        let Some(outcome) = ext4_trial(&mut lab, trial) else {
-            return;
-        };
-        store_cuts += 1;
-        acknowledged += usize::from(outcome.acknowledged);
-        seen.push(format!(
-            "{:?} over revision {} cut after {} calls{}: {}",
-            trial.action,
-            trial.setup_revisions,
-            outcome.calls_before_cut,
-            if outcome.acknowledged {
-                " (acknowledged)"
-            } else {
-                ""
-            },
-            outcome.recovered
-        ));
-        assert!(
-            outcome.violation.is_none(),
-            "{trial:?} (cut after {} calls): {:?}",
-            outcome.calls_before_cut,
-            outcome.violation
-        );
+    for (setup_revisions, setup_appends, action) in operations {
+        for cut_after in 0.. {
+            let trial = Trial {
+                writer: Writer::Store,
+                setup_revisions,
+                setup_appends,
+                action,
+                cut_after,
+            };
+            let Some(outcome) = ext4_trial(&mut lab, &trial) else {
+                return;
+            };
+            store_cuts += 1;
+            acknowledged += usize::from(outcome.acknowledged);
+            seen.push(format!(
+                "{action:?} over revision {setup_revisions} ({setup_appends} appended) cut after {} calls{}: {}",
+                outcome.calls_before_cut,
+                if outcome.acknowledged {
+                    " (acknowledged)"
+                } else {
+                    ""
+                },
+                outcome.recovered
+            ));
+            assert!(
+                outcome.violation.is_none(),
+                "{trial:?} (cut after {} calls): {:?}",
+                outcome.calls_before_cut,
+                outcome.violation
+            );
+            if !outcome.cut_during {
+                // The operation returned before the cut: every call has been cut before.
+                break;
+            }
+        }
     }
     // The controls, cut right after they returned Ok, must lose or break the save.
     let mut caught = Vec::new();
@@ -1518,6 +2229,7 @@ fn real_power_cut_on_a_loop_mounted_ext4_image() {
         let trial = Trial {
             writer: Writer::Replace(replace),
             setup_revisions: 1,
+            setup_appends: 0,
             action: Action::Save,
             cut_after: usize::MAX,
         };

@@ -202,6 +202,10 @@ struct Known {
     /// Whether the whole state was read and verified (or written by this store), so a
     /// record may be appended to it.
     verified: bool,
+    /// Whether this store has fsynced the directory since the session's files were named
+    /// (so their names survive a power loss). A journal found on disk may have been
+    /// created by a save that crashed or failed before its directory fsync.
+    dir_synced: bool,
 }
 
 /// Configures a [`FileSessionStore`]. Made by [`FileSessionStore::builder`].
@@ -603,7 +607,15 @@ impl FileSessionStore {
     /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
     fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
         Ok(self.read_state(id)?.map(|(snapshot, known)| {
-            if let Some(known) = known {
+            if let Some(mut known) = known {
+                // A save that could not make its record durable marked the state so the
+                // next save rewrites it; reading the same files does not lift that.
+                if let Some(before) = self.known_sessions().get(id) {
+                    if before.base == known.base && before.journal == known.journal {
+                        known.verified &= before.verified;
+                        known.dir_synced |= before.dir_synced;
+                    }
+                }
                 self.remember(id, known);
             }
             snapshot
@@ -662,6 +674,7 @@ impl FileSessionStore {
                 journal_end: journal_end.map(|end| end as u64),
                 base_private: is_private(base.permissions().mode()),
                 verified: true,
+                dir_synced: false,
             });
             return Ok(Some((snapshot, known)));
         }
@@ -772,6 +785,7 @@ impl FileSessionStore {
             // Only the header and the records' framing were read: enough for a
             // compare-and-swap, not to append to.
             verified: false,
+            dir_synced: false,
         };
         let journal_path = self.journal_path(id);
         let Some((bytes, meta)) =
@@ -871,6 +885,18 @@ impl FileSessionStore {
             return Ok(None);
         }
         let path = self.journal_path(id);
+        if self.durable() && !stored.dir_synced {
+            // The base or the journal may have been named by a save whose directory fsync
+            // failed or never ran: an append acknowledged now must not rest on names a
+            // power loss could still undo.
+            self.fs.sync_dir(&self.root).map_err(|e| {
+                Error::io(
+                    "sync the store directory before appending in",
+                    &self.root,
+                    e,
+                )
+            })?;
+        }
         let (file, created) = match self.open_checked(&path, true)? {
             Some((file, meta)) => {
                 if offset == 0 {
@@ -903,6 +929,7 @@ impl FileSessionStore {
                     base_private: true,
                     base_revision: stored.base_revision,
                     verified: true,
+                    dir_synced: stored.dir_synced || self.durable(),
                 },
             ),
             None => self.forget(id),
@@ -1015,6 +1042,11 @@ impl FileSessionStore {
         // revision, so it is ignored even if this truncation is lost in a crash.
         let journal_path = self.journal_path(id);
         let journal = match self.open_checked(&journal_path, true) {
+            // The rename may not survive a power loss: the old base would come back, and
+            // needs its journal. The next append empties it, after syncing the directory.
+            Ok(Some((file, _))) if not_durable.is_some() => {
+                file.metadata().ok().map(|meta| Stamp::of(&meta))
+            }
             Ok(Some((file, meta))) => match self.empty_journal(&file, meta.len()) {
                 Ok(()) => file.metadata().ok().map(|meta| Stamp::of(&meta)),
                 Err(_) => None,
@@ -1037,6 +1069,7 @@ impl FileSessionStore {
                         base_private: true,
                         base_revision: revision,
                         verified: true,
+                        dir_synced: not_durable.is_none() && self.durable(),
                     },
                 );
                 self.write_summary(snapshot, revision, base, journal);
