@@ -46,7 +46,10 @@
 //!   messages (see `TurnFeeder`). `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages
 //!   as the snapshot encodes them) appended to an open file + `fdatasync`; it does not
 //!   depend on N, so it is measured once.
-//! - `list/file_store/SxM`: `FileSessionStore::list` of S stored sessions of M messages.
+//! - `list/file_store/SxM`: `FileSessionStore::list` of S stored sessions of M messages,
+//!   repeated on one store (which reuses the summaries it decoded while their files are
+//!   unchanged). `list/file_store_fresh/SxM`: the same on a store opened for each listing,
+//!   which reads every summary file.
 //!   `list/baseline_readdir_stat/SxM`: `readdir` + `stat` of every entry of the directory.
 //!   Default: 1000x10, 1000x1000 and 100x10000 (1,000 sessions of 10,000 messages would be
 //!   about 11 GB of snapshots, more than these machines' disk and time budget).
@@ -179,15 +182,17 @@ fn pace(group: &mut BenchmarkGroup<'_, WallTime>, heavy: bool) {
     }
 }
 
-/// Flushes everything the file systems hold (`sync(1)`), so a measured save does not also
-/// pay for what the untimed set-up left pending: resetting the session to N messages
-/// replaces (and frees) a base of N messages, whose freed blocks the next journal commit
-/// would otherwise write out.
+/// Flushes everything the file systems hold (`sync(1)`) and waits a moment, so a measured
+/// save does not also pay for what the untimed set-up left pending: resetting the session
+/// to N messages writes (and frees) a base of N messages, which the file system's journal
+/// is still committing and checkpointing for a while after it was fsynced.
 fn settle() {
     let status = std::process::Command::new("sync")
         .status()
         .expect("run sync(1)");
     assert!(status.success(), "sync(1) failed");
+    // The file system's own journal keeps writing back for a moment after sync returns.
+    std::thread::sleep(Duration::from_millis(200));
 }
 
 /// The physical floor of an atomic, durable replace.
@@ -445,6 +450,19 @@ fn list(c: &mut Criterion) {
             let store = store();
             b.iter(|| {
                 let listing = store.list().expect("list");
+                assert_eq!(listing.sessions.len(), sessions);
+                listing
+            });
+        });
+        // A store opened for each listing (a CLI's one-shot `sessions list`): every summary
+        // file is read and decoded, where a long-lived store reuses what it read before.
+        group.bench_function(BenchmarkId::new("file_store_fresh", &label), |b| {
+            store();
+            b.iter(|| {
+                let listing = FileSessionStore::open(dir.path())
+                    .expect("open")
+                    .list()
+                    .expect("list");
                 assert_eq!(listing.sessions.len(), sessions);
                 listing
             });
