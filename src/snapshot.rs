@@ -477,28 +477,7 @@ impl SessionSnapshot {
     /// Decodes a snapshot without checking its invariants, for a store that applies
     /// journal records first and validates the result once.
     pub(crate) fn decode_unvalidated(bytes: &[u8]) -> Result<Self> {
-        let decoded: Decoded = match serde_json::from_slice(bytes) {
-            Ok(ObjectOnly(decoded)) => decoded,
-            Err(source) => {
-                // A newer schema may add fields this release does not know; say "upgrade"
-                // rather than "unknown field" when the version tells us that is the cause.
-                if let Ok(VersionProbe {
-                    schema_version: Some(found),
-                }) = serde_json::from_slice(bytes)
-                {
-                    if found != u64::from(SCHEMA_VERSION) {
-                        return Err(unsupported(found));
-                    }
-                }
-                return Err(Error::Malformed {
-                    location: Location::Bytes,
-                    source,
-                });
-            }
-        };
-        if decoded.schema_version != u64::from(SCHEMA_VERSION) {
-            return Err(unsupported(decoded.schema_version));
-        }
+        let decoded: Decoded = decode_versioned(bytes, |d: &Decoded| d.schema_version)?;
         Ok(SessionSnapshot {
             id: decoded.id,
             revision: decoded.revision,
@@ -530,26 +509,7 @@ impl SessionSnapshot {
         if !whole {
             return Ok(None);
         }
-        let header: Header = match serde_json::from_slice(bytes) {
-            Ok(ObjectOnly(header)) => header,
-            Err(source) => {
-                if let Ok(VersionProbe {
-                    schema_version: Some(found),
-                }) = serde_json::from_slice(bytes)
-                {
-                    if found != u64::from(SCHEMA_VERSION) {
-                        return Err(unsupported(found));
-                    }
-                }
-                return Err(Error::Malformed {
-                    location: Location::Bytes,
-                    source,
-                });
-            }
-        };
-        if header.schema_version != u64::from(SCHEMA_VERSION) {
-            return Err(unsupported(header.schema_version));
-        }
+        let header: Header = decode_versioned(bytes, |h: &Header| h.schema_version)?;
         Ok(Some(SnapshotHeader {
             id: header.id,
             revision: header.revision,
@@ -1141,6 +1101,28 @@ fn leading_u64(bytes: &[u8]) -> Option<(u64, &[u8])> {
     }
     let value = std::str::from_utf8(&bytes[..digits]).ok()?.parse().ok()?;
     Some((value, &bytes[digits..]))
+}
+
+/// Decodes `bytes` as `T`, checking the schema version (read by `version`) first: a newer
+/// schema may add fields this release does not know, and the right message for it is
+/// "upgrade", not "unknown field", also when the rest does not decode.
+fn decode_versioned<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    version: impl Fn(&T) -> u64,
+) -> Result<T> {
+    match serde_json::from_slice::<ObjectOnly<T>>(bytes) {
+        Ok(ObjectOnly(decoded)) if version(&decoded) == u64::from(SCHEMA_VERSION) => Ok(decoded),
+        Ok(ObjectOnly(decoded)) => Err(unsupported(version(&decoded))),
+        Err(source) => match serde_json::from_slice(bytes) {
+            Ok(VersionProbe {
+                schema_version: Some(found),
+            }) if found != u64::from(SCHEMA_VERSION) => Err(unsupported(found)),
+            _ => Err(Error::Malformed {
+                location: Location::Bytes,
+                source,
+            }),
+        },
+    }
 }
 
 fn unsupported(found: u64) -> Error {
