@@ -24,14 +24,27 @@ fn save_redacted(
     store.save(snapshot)
 }
 
-/// When [`Harness::send`] saves a session by itself.
+/// When [`Harness::send`] and [`Harness::send_message`] save a session by themselves.
+/// Sending through the session directly ([`Session::send`]) never saves.
 ///
 /// # Examples
 ///
 /// ```
-/// use agent_session::Autosave;
+/// # use agent_session::{BoxError, Completion, CompletionRequest, Engine};
+/// # struct MyEngine;
+/// # impl Engine for MyEngine {
+/// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+/// # }
+/// use agent_session::{Autosave, FileSessionStore, Harness};
 ///
+/// let dir = tempfile::tempdir()?;
+/// // Save before each step's tools run and after each step: a crash loses at most the
+/// // step in flight.
+/// let harness = Harness::builder(FileSessionStore::open(dir.path())?, || MyEngine)
+///     .autosave(Autosave::EveryStep)
+///     .build();
 /// assert_eq!(Autosave::default(), Autosave::Off);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -40,7 +53,9 @@ pub enum Autosave {
     /// default.
     #[default]
     Off,
-    /// After every turn that [`Harness::send`] completes without error.
+    /// After every turn that [`Harness::send`] completes without error. If that save
+    /// fails, `send` returns its error (the turn's outcome is in the session's transcript,
+    /// and the next save stores it).
     EveryTurn,
     /// At every step of a turn, as [`Session::send_message_with`] describes: a crash loses
     /// at most the step in flight, and tool calls that were running are closed as

@@ -49,6 +49,15 @@ pub trait Redactor: Send + Sync {
         let _ = key;
         false
     }
+
+    /// Identifies this redactor's rules, if they never change: two calls returning the same
+    /// `Some` promise identical redactions. A store then knows that history it holds,
+    /// redacted with these rules, needs no new redaction, and saves only what is new.
+    /// Default `None`: unknown, so history that redaction changes is written again in
+    /// full (correct, but a whole rewrite per save while it contains a secret).
+    fn rules_id(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The text that replaces each secret found by [`PatternRedactor`].
@@ -118,6 +127,20 @@ pub struct PatternRedactor {
     combined: Regex,
     /// Keys whose JSON string values are redacted whole.
     secret_keys: Option<Regex>,
+}
+
+impl PatternRedactor {
+    /// A hash of the patterns: they never change once the redactor is built.
+    fn rules_hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.combined.as_str().hash(&mut hasher);
+        self.secret_keys
+            .as_ref()
+            .map(Regex::as_str)
+            .hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 impl PatternRedactor {
@@ -216,6 +239,10 @@ impl Redactor for PatternRedactor {
         self.secret_keys
             .as_ref()
             .is_some_and(|keys| keys.is_match(key))
+    }
+
+    fn rules_id(&self) -> Option<u64> {
+        Some(self.rules_hash())
     }
 }
 

@@ -640,17 +640,22 @@ impl<E> Session<E> {
         let Some(stored) = &self.provenance else {
             return true;
         };
-        // Every change (a message, a metadata edit) moves `updated_at`.
+        // Every message and metadata edit moves `updated_at`; options given on resume do
+        // not, so they are compared (a redacted system prompt compares unequal, which only
+        // costs a save).
         stored.revision != self.revision
             || stored.kept != stored.stored
             || stored.stored != self.counts()
             || stored.updated_at != self.updated_at
+            || *stored.options != self.options.persisted()
+            || *stored.metadata != self.options.metadata
     }
 
-    /// The tool calls that were cut short and closed as interrupted
-    /// ([`ToolCallStatus::Interrupted`]), in transcript order: after a crash during a turn
+    /// Every tool call in the history that was cut short and closed as interrupted
+    /// ([`ToolCallStatus::Interrupted`]), in transcript order. After a crash during a turn
     /// saved with [`send_message_with`](Self::send_message_with), the calls that were
-    /// running. They were not run again; the model sees the interruption when the
+    /// running are the last of them (filter by [`ToolCallRecord::call_at`] to keep the last
+    /// turn's). They were not run again; the model sees the interruption when the
     /// conversation continues.
     #[must_use]
     pub fn interrupted_tool_calls(&self) -> Vec<&ToolCallRecord> {
@@ -660,9 +665,14 @@ impl<E> Session<E> {
             .collect()
     }
 
-    /// Records that the session's snapshot was stored at `revision`, so the next save is
-    /// compared against it. [`Harness::save_session`](crate::Harness::save_session) does
-    /// this for you; call it when saving through a store directly.
+    /// Records that the session, as it is now, was stored at `revision`: the revision the
+    /// next save is compared against, and what that save may append to.
+    /// [`Harness::save_session`](crate::Harness::save_session) does this for you; when
+    /// saving through a store directly, call it right after saving
+    /// [`snapshot`](Self::snapshot), with no change to the session in between. (If there
+    /// was one, a store that checks, like [`FileSessionStore`](crate::FileSessionStore),
+    /// writes the next save whole, so nothing is lost, but
+    /// [`has_unsaved_changes`](Self::has_unsaved_changes) believes the claim.)
     pub fn mark_saved(&mut self, revision: Revision) {
         let snapshot = self.snapshot();
         let counts = snapshot.counts();

@@ -189,8 +189,9 @@ pub struct SessionSnapshot {
     /// What this snapshot is known to share with a stored revision; not part of its value
     /// (equality ignores it) and never serialized.
     provenance: Option<Provenance>,
-    /// The redactor last applied to this snapshot (its address), if any.
-    redacted_by: Option<usize>,
+    /// The rules of the redactor last applied to this snapshot, if they are known
+    /// ([`Redactor::rules_id`]).
+    redacted_by: Option<u64>,
 }
 
 impl PartialEq for SessionSnapshot {
@@ -249,9 +250,10 @@ pub(crate) struct Provenance {
     /// The options and metadata stored at that revision, to tell whether they changed.
     pub(crate) options: Arc<PersistedOptions>,
     pub(crate) metadata: Arc<Map<String, Value>>,
-    /// The redactor (its address) the stored copy was redacted with, when known: redacting
-    /// the kept messages with it again gives the stored ones.
-    pub(crate) redactor: Option<usize>,
+    /// The rules the stored copy was redacted with, when known
+    /// ([`Redactor::rules_id`]): redacting the kept messages with them again gives the
+    /// stored ones.
+    pub(crate) redactor: Option<u64>,
 }
 
 impl std::fmt::Debug for Provenance {
@@ -675,8 +677,8 @@ impl SessionSnapshot {
         }
     }
 
-    /// The redactor (its address) last applied to this snapshot.
-    pub(crate) fn redacted_by(&self) -> Option<usize> {
+    /// The rules of the redactor last applied to this snapshot, when known.
+    pub(crate) fn redacted_by(&self) -> Option<u64> {
         self.redacted_by
     }
 
@@ -906,7 +908,7 @@ impl SessionSnapshot {
     /// Applies `redactor` in place (see [`redacted`](Self::redacted)), for callers that
     /// already own a fresh copy.
     pub(crate) fn redact(&mut self, redactor: &dyn Redactor) {
-        let id = redactor_id(redactor);
+        let id = redactor.rules_id();
         if let Some(prompt) = &mut self.options.system_prompt {
             redact::redact_string(redactor, prompt);
         }
@@ -920,14 +922,12 @@ impl SessionSnapshot {
         }
         // Messages a store already holds changed: they are still the stored ones only if
         // the stored copy was redacted with this same redactor.
-        let stored_redacted_alike = self
-            .provenance
-            .as_ref()
-            .is_some_and(|p| p.redactor == Some(id));
+        let stored_redacted_alike =
+            id.is_some() && self.provenance.as_ref().is_some_and(|p| p.redactor == id);
         if first_changed.is_some_and(|first| first < kept) && !stored_redacted_alike {
             self.provenance = None;
         }
-        self.redacted_by = Some(id);
+        self.redacted_by = id;
     }
 
     /// A short title: the metadata's `"title"` string if set, otherwise the first line of
@@ -1131,12 +1131,6 @@ fn unsupported(found: u64) -> Error {
         found,
         supported: SCHEMA_VERSION,
     }
-}
-
-/// Tells redactors apart by address: the same `Arc`'d redactor, applied save after save,
-/// has the same one.
-fn redactor_id(redactor: &dyn Redactor) -> usize {
-    std::ptr::from_ref(redactor).cast::<()>().addr()
 }
 
 fn shift(at: BlockPosition, messages: usize) -> BlockPosition {

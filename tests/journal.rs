@@ -1519,3 +1519,94 @@ async fn metadata_and_options_changes_are_appended_and_listed() {
     assert_eq!(summary.title.as_deref(), Some("Renamed"));
     assert_eq!(summary.model, "other-model");
 }
+
+// ---------------------------------------------------------------------------------------
+// Claims of being stored that are not true (found in review)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_snapshot_merely_labelled_with_the_stored_revision_is_written_whole() {
+    // Two writers extend revision 1; the second, refused, forces its snapshot over the
+    // winner by labelling it with the stored revision. The store must store that
+    // snapshot, not append its "new" part to the winner's history.
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let id = sid("forced");
+    save(&store, built(&id, 1, SMALL));
+    let loaded = store.load(&id).expect("load");
+    let a = appended(loaded.clone(), 10, SMALL);
+    let b = appended(loaded, 20, SMALL);
+    let stored = store.save(&a).expect("the first writer wins");
+    assert!(store.save(&b).expect_err("stale").is_conflict());
+    let forced = b.clone().with_revision(stored);
+    let revision = store.save(&forced).expect("a forced save succeeds");
+    assert_eq!(
+        store.load(&id).expect("load"),
+        b.with_revision(revision),
+        "the forced snapshot is what is stored"
+    );
+}
+
+#[test]
+fn marking_a_session_saved_after_an_edit_does_not_lose_the_edit() {
+    // A session's snapshot is saved by hand, then its metadata edited, then it is marked
+    // saved at the returned revision: the edit is not stored yet and must reach the store
+    // with the next save.
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let harness = Harness::builder(open(&dir), || {
+        ToolThenAnswerEngine::new(RequestLog::default())
+    })
+    .tools(Calculator::shared())
+    .build();
+    let mut session = harness
+        .new_session(SessionOptions::new(MODEL))
+        .expect("session");
+    let snapshot = session.snapshot();
+    session
+        .metadata_mut()
+        .insert("title".to_owned(), json!("Edited"));
+    let revision = store.save(&snapshot).expect("save");
+    // A misuse (mark_saved says the current state is stored): the store must not believe
+    // it, since the stored update time is the snapshot's, not the edited session's.
+    session.mark_saved(revision);
+    harness.save_session(&mut session).expect("save again");
+    assert_eq!(
+        store
+            .load(session.id())
+            .expect("load")
+            .metadata()
+            .get("title"),
+        Some(&json!("Edited"))
+    );
+}
+
+#[test]
+fn a_journal_removed_by_hand_takes_its_revisions_with_it_and_saves_go_on() {
+    // The store remembers where the journal ended; removed by hand, the journal takes its
+    // revisions with it, and the store must notice rather than append after a hole.
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let id = sid("removed-journal");
+    save(&store, built(&id, 1, SMALL));
+    let mut current = save(&store, appended(store.load(&id).expect("load"), 1, SMALL));
+    assert!(len_or_zero(&files(&dir, &id).journal) > 0);
+    fs::remove_file(files(&dir, &id).journal).expect("remove the journal");
+    // The base alone is now at an older revision: the stale snapshot is a conflict...
+    assert!(store
+        .save(&appended(current.clone(), 2, SMALL))
+        .expect_err("the journal's revision is gone")
+        .is_conflict());
+    // ...and a snapshot at the base's revision is stored whole and loads back.
+    current = store.load(&id).expect("load the base");
+    let next = appended(current, 2, SMALL);
+    let revision = store.save(&next).expect("save");
+    assert_eq!(store.load(&id).expect("load"), next.with_revision(revision));
+}
+
+#[test]
+fn a_page_of_no_sessions_is_refused() {
+    let (_tmp, dir) = store_dir();
+    let err = open(&dir).list_page(0, None).expect_err("limit 0");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+}

@@ -36,14 +36,12 @@ fn pages_of_a_large_file_store_list_every_session_once_in_order() {
             .timestamp_opt(1_700_000_000 + i64::try_from(i / 7).expect("fits"), 0)
             .single()
             .expect("a valid time");
-        let snapshot = SessionSnapshot::builder(
-            SessionId::parse(&format!("s{i:06}")).expect("id"),
-            "m",
-        )
-        .timestamps(at, at)
-        .transcript(vec![Message::user(format!("session {i}"))])
-        .build()
-        .expect("build");
+        let snapshot =
+            SessionSnapshot::builder(SessionId::parse(&format!("s{i:06}")).expect("id"), "m")
+                .timestamps(at, at)
+                .transcript(vec![Message::user(format!("session {i}"))])
+                .build()
+                .expect("build");
         store.save(&snapshot).expect("save");
     }
     eprintln!(
@@ -66,7 +64,11 @@ fn pages_of_a_large_file_store_list_every_session_once_in_order() {
             if let Some(before) = &previous {
                 assert!(key < *before, "{key:?} after {before:?}: not newest first");
             }
-            assert!(seen.insert(summary.id.clone()), "{} listed twice", summary.id);
+            assert!(
+                seen.insert(summary.id.clone()),
+                "{} listed twice",
+                summary.id
+            );
             assert_eq!(summary.message_count, 1);
             previous = Some(key);
         }

@@ -102,3 +102,66 @@ async fn without_a_redactor_the_transcript_is_stored_verbatim() {
     let loaded = store.load(session.id()).expect("load");
     assert_eq!(loaded.transcript(), session.transcript());
 }
+
+/// A redactor whose rules grow while it is in use, and which (rightly) does not claim its
+/// rules never change.
+#[derive(Default)]
+struct GrowingRedactor {
+    words: std::sync::RwLock<Vec<String>>,
+}
+
+impl agent_session::Redactor for GrowingRedactor {
+    fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        let words = self.words.read().expect("lock");
+        if words.iter().any(|w| text.contains(w.as_str())) {
+            let mut out = text.to_owned();
+            for w in words.iter() {
+                out = out.replace(w.as_str(), REDACTED);
+            }
+            std::borrow::Cow::Owned(out)
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        }
+    }
+}
+
+#[tokio::test]
+async fn history_already_stored_is_redacted_again_when_rules_of_unknown_identity_change() {
+    let (_dir, store) = temp_store();
+    let store = Arc::new(store);
+    let redactor = Arc::new(GrowingRedactor::default());
+    let harness = Harness::builder(Arc::clone(&store), || {
+        ScriptedEngine::new(vec![reply("one", "0"), reply("two", "0")])
+    })
+    .redactor(Arc::clone(&redactor) as Arc<dyn agent_session::Redactor>)
+    .build();
+    let mut session = harness.new_session(SessionOptions::new("m")).expect("new");
+    session
+        .send("the codename is bluebird")
+        .await
+        .expect("turn");
+    harness.save_session(&mut session).expect("save");
+    // A new rule: the stored history must not keep the word because it was stored before
+    // the rule existed.
+    redactor
+        .words
+        .write()
+        .expect("lock")
+        .push("bluebird".to_owned());
+    session.send("anything else?").await.expect("turn");
+    harness.save_session(&mut session).expect("save again");
+    let loaded = store.load(session.id()).expect("load");
+    assert_eq!(
+        loaded.transcript()[0].text(),
+        format!("the codename is {REDACTED}")
+    );
+    let on_disk: Vec<u8> = ["json", "journal"]
+        .iter()
+        .filter_map(|ext| std::fs::read(store.dir().join(format!("{}.{ext}", session.id()))).ok())
+        .flatten()
+        .collect();
+    assert!(
+        !String::from_utf8_lossy(&on_disk).contains("bluebird"),
+        "the old text is still stored"
+    );
+}

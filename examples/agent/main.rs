@@ -32,8 +32,8 @@
 //! tools run, with their calls recorded as interrupted, and again once their results are
 //! in. Each save appends only that step to the session's journal. **If the process is
 //! killed mid-turn** (SIGKILL, a crash, a power cut), at most the step in flight is lost:
-//! the prompt and the completed steps are kept, and a tool that was running is recorded as
-//! interrupted. The next `--resume`/`--continue` says which calls were interrupted; they
+//! the completed steps are kept (the prompt is saved with the first of them), and a tool
+//! that was running is recorded as interrupted. The next `--resume`/`--continue` says which calls were interrupted; they
 //! are never run again by themselves (the model sees the interruption and may ask again).
 //! Saves are atomic, so a kill during a save leaves the previous state whole.
 //!

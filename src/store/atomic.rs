@@ -17,8 +17,8 @@ pub(crate) enum ReplaceError {
     NotDurable(io::Error),
 }
 
-/// Replaces `target` (in `dir`) with `bytes`; with `durable` false, nothing is fsynced
-/// (the rename is still atomic).
+/// Replaces `target` (in `dir`) with `bytes`; with `durable` false, the directory is not
+/// fsynced (the rename is still atomic, and the new file's data is synced before it).
 ///
 /// Before the rename, any failure removes the temporary file and leaves `target` exactly
 /// as it was. After the rename the new content is in place; if the directory fsync then
@@ -39,13 +39,10 @@ pub(crate) fn replace(
         .map_err(|e| Error::io("write", &temp, e))
         // A failed fsync is never retried: after a failure the kernel may have dropped the
         // dirty pages, so a second fsync could "succeed" without the data.
-        .and_then(|()| {
-            if durable {
-                fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e))
-            } else {
-                Ok(())
-            }
-        });
+        // Synced even when not `durable`: renamed unsynced over the only copy, the new
+        // file could come back empty after a power cut on some file systems (XFS, ext4
+        // with noauto_da_alloc), losing the whole session rather than its last saves.
+        .and_then(|()| fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e)));
     drop(file);
     let renamed = written.and_then(|()| {
         fs.rename(&temp, target)

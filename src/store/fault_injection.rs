@@ -2245,7 +2245,8 @@ fn journal_save_with_fault(
             figures.failed += 1;
             let i = first_injected.ok_or_else(|| format!("failed with no fault: {err}"))?;
             // After the failed call: the removal of a temporary file, the record taken
-            // back off the journal (an append: no new base), or (once a new base is in
+            // back off the journal (an append: no new base) and that cut synced (the
+            // failed pages go with it, so this is no retry), or (once a new base is in
             // place) bookkeeping.
             let temp = calls
                 .iter()
@@ -2258,6 +2259,11 @@ fn journal_save_with_fault(
                         || (later.op == Op::SetLen
                             && kind(later) == "journal"
                             && !renamed_in(&calls[..j]))
+                        || (later.op == Op::SyncData
+                            && kind(later) == "journal"
+                            && !renamed_in(&calls[..j])
+                            && calls[j - 1].op == Op::SetLen
+                            && kind(&calls[j - 1]) == "journal")
                         || is_bookkeeping(later, &calls[..j])
                         || (read_failed && is_verifying_read(later, &calls[..j])),
                     "after the failed call {} ({:?} on {:?}) came {:?} on {:?}",

@@ -1,4 +1,5 @@
-//! `FileSessionStore`: one JSON file per session in a private directory.
+//! `FileSessionStore`: per session, a JSON snapshot and an append-only journal of the
+//! changes since, in a private directory.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -66,8 +67,10 @@ pub enum Durability {
     /// OS or the machine. The default.
     #[default]
     Sync,
-    /// Saves write to the OS and return without fsync: they survive a crash of the
-    /// process (the OS still has them), but not necessarily a power cut or an OS crash.
+    /// Saves write to the OS and return without fsync (except the new snapshot file of a
+    /// whole rewrite, which is synced before it replaces the old one): they survive a crash
+    /// of the process (the OS still has them), but not necessarily a power cut or an OS
+    /// crash.
     /// Then the last few seconds of saves may be lost, and because the OS may write a
     /// journal's pages out of order, a session's journal may even come back with a hole
     /// in it, which loading refuses as corrupt (removing `<id>.journal` goes back to the
@@ -107,7 +110,9 @@ pub enum Durability {
 /// created), the new state is in place but may not survive a power loss: `save` then
 /// returns [`Error::NotDurable`] with the stored revision, and the next successful save
 /// makes it durable. A delete whose directory fsync fails returns [`Error::Io`] saying so,
-/// with the files already removed. With [`Durability::Buffered`] nothing is fsynced.
+/// with the files already removed. With [`Durability::Buffered`] saves fsync nothing but
+/// the new snapshot file of a whole rewrite (rare, and renaming it unsynced over the only
+/// copy could lose the session); deletes still fsync the directory.
 ///
 /// Saves and deletes take an exclusive lock on `<dir>/.lock`, so compare-and-swap holds
 /// between threads and between processes on the same machine. Loads take no lock: they
@@ -126,8 +131,10 @@ pub enum Durability {
 ///
 /// - The directory is created with mode 0700 and files with mode 0600, set atomically at
 ///   creation (`O_CREAT | O_EXCL` with the mode, never a `chmod` afterwards), so a
-///   snapshot is never readable by others, whatever the umask. A file left 0644 by another
-///   program becomes 0600 on its next save, because saves always write a new file.
+///   snapshot is never readable by others, whatever the umask. A snapshot left 0644 by
+///   another program is replaced by a new 0600 one on the next save (which then writes the
+///   whole snapshot rather than append); a journal or summary file is made 0600 (`fchmod`
+///   on the open file) before it is written again.
 /// - An existing directory that others can write to is refused; one that others can only
 ///   read is made private (mode 0700) if it is empty, and refused otherwise (it holds
 ///   someone else's files). The checks and the `chmod` go through an open handle of the
@@ -190,6 +197,10 @@ struct Known {
     /// The stored revision: the last journal record's, or the base's.
     revision: Revision,
     created_at: DateTime<Utc>,
+    /// The stored `updated_at`, when known (always, if `verified`): a snapshot claiming to
+    /// derive from the stored state must agree on it too, so one merely labelled with the
+    /// stored revision is written whole rather than appended to something else.
+    updated_at: Option<DateTime<Utc>>,
     /// The stored lengths, when known (always, if the journal holds records).
     counts: Option<Counts>,
     /// Where the journal's intact records end, if it holds records for this base; `None`
@@ -299,8 +310,9 @@ impl FileSessionStore {
         &self.root
     }
 
-    /// The file that holds session `id`. The path is always directly inside
-    /// [`dir`](Self::dir).
+    /// The snapshot file of session `id`. Its journal and listing summary sit beside it as
+    /// `<id>.journal` and `<id>.summary`: to copy a session by hand, copy the snapshot and
+    /// the journal together. The path is always directly inside [`dir`](Self::dir).
     #[must_use]
     pub fn path_of(&self, id: &SessionId) -> PathBuf {
         self.root.join(format!("{id}{SNAPSHOT_SUFFIX}"))
@@ -670,6 +682,7 @@ impl FileSessionStore {
                 base_revision,
                 revision,
                 created_at: snapshot.created_at(),
+                updated_at: Some(snapshot.updated_at()),
                 counts: Some(snapshot.counts()),
                 journal_end: journal_end.map(|end| end as u64),
                 base_private: is_private(base.permissions().mode()),
@@ -778,6 +791,7 @@ impl FileSessionStore {
             journal: None,
             revision: header.revision,
             created_at: header.created_at,
+            updated_at: None,
             counts: None,
             journal_end: None,
             base_private: true,
@@ -858,6 +872,7 @@ impl FileSessionStore {
             || !stored.base_private
             || provenance.revision != stored.revision
             || snapshot.created_at() != stored.created_at
+            || stored.updated_at != Some(provenance.updated_at)
             || stored.counts != Some(provenance.stored)
         {
             return Ok(None);
@@ -906,6 +921,12 @@ impl FileSessionStore {
                 }
                 (file, false)
             }
+            // Gone since it was read (removed by hand): records after `offset` would follow
+            // a hole, so the save writes a whole snapshot instead.
+            None if offset > 0 => {
+                self.forget(id);
+                return Ok(None);
+            }
             None => match self.fs.create_private(&path) {
                 Ok(file) => (file, true),
                 Err(e) => return Err(Error::io("create the journal", &path, e)),
@@ -924,6 +945,7 @@ impl FileSessionStore {
                     journal: Some(stamp),
                     revision,
                     created_at: stored.created_at,
+                    updated_at: Some(snapshot.updated_at()),
                     counts: Some(counts),
                     journal_end: Some(new_end),
                     base_private: true,
@@ -971,7 +993,14 @@ impl FileSessionStore {
             // record is taken back off instead, so nothing changed.
             if let Err(e) = self.fs.sync_data(file) {
                 self.forget(id);
-                if self.fs.set_len(file, offset).is_ok() {
+                // Taken back off, and the cut synced (the failed pages are gone with it),
+                // so a power loss cannot bring back a save reported as failed.
+                if self
+                    .fs
+                    .set_len(file, offset)
+                    .and_then(|()| self.fs.sync_data(file))
+                    .is_ok()
+                {
                     return Err(Error::io("sync the journal", &path, e));
                 }
                 // The record stays, maybe without its pages: a later fdatasync could
@@ -983,6 +1012,7 @@ impl FileSessionStore {
                         Known {
                             journal: Some(Stamp::of(&meta)),
                             revision,
+                            updated_at: Some(snapshot.updated_at()),
                             counts: Some(snapshot.counts()),
                             journal_end: Some(meta.len()),
                             verified: false,
@@ -1064,6 +1094,7 @@ impl FileSessionStore {
                         journal,
                         revision,
                         created_at: snapshot.created_at(),
+                        updated_at: Some(snapshot.updated_at()),
                         counts: Some(snapshot.counts()),
                         journal_end: None,
                         base_private: true,
@@ -1265,8 +1296,9 @@ impl SessionStore for FileSessionStore {
     ///
     /// A snapshot that derives from the stored state (one loaded from this store, or made
     /// by a [`Session`](crate::Session) after it saved here) has only its new part
-    /// appended to the session's journal; anything else, and a journal that has grown past
-    /// an eighth of the snapshot, is written as a whole new snapshot. See the type docs.
+    /// appended to the session's journal; anything else, and a save that would grow the
+    /// journal past the larger of 64 KiB and an eighth of the snapshot, is written as a
+    /// whole new snapshot. See the type docs.
     ///
     /// # Errors
     ///

@@ -213,7 +213,7 @@ fn intact_frame_after(bytes: &[u8], from: usize) -> bool {
         let Some((len, _)) = parse_header(&bytes[p..]) else {
             continue;
         };
-        if p + HEADER_LEN + len >= bytes.len() {
+        if p.saturating_add(HEADER_LEN).saturating_add(len) >= bytes.len() {
             continue;
         }
         if len > budget {

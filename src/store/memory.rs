@@ -62,10 +62,14 @@ impl SessionStore for MemorySessionStore {
     }
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        self.sessions()
+        let mut snapshot = self
+            .sessions()
             .get(id)
             .cloned()
-            .ok_or_else(|| Error::NotFound { id: id.clone() })
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        let revision = snapshot.revision();
+        snapshot.mark_stored(revision);
+        Ok(snapshot)
     }
 
     fn list(&self) -> Result<SessionList> {

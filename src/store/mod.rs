@@ -357,8 +357,10 @@ pub trait SessionStore: Send + Sync {
     ///
     /// # Errors
     ///
-    /// As [`list`](Self::list).
+    /// [`Error::InvalidArgument`] if `limit` is 0 (a page that can hold nothing would end
+    /// any walk); otherwise as [`list`](Self::list).
     fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+        check_page_limit(limit)?;
         Ok(SessionPage::of(self.list()?, limit, after))
     }
 
@@ -394,6 +396,16 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     fn delete(&self, id: &SessionId) -> Result<()> {
         (**self).delete(id)
     }
+}
+
+/// Refuses a page size of 0, for [`SessionStore::list_page`] implementations.
+pub(crate) fn check_page_limit(limit: usize) -> Result<()> {
+    if limit == 0 {
+        return Err(Error::InvalidArgument {
+            reason: "a page of sessions must hold at least one (limit 0)".to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// Decides a compare-and-swap: `stored` is what the store holds now.

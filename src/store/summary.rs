@@ -4,8 +4,9 @@
 //! It is a cache, not a source of truth: it is written without fsync, and it records the
 //! identity (inode, size, modification time) of the base snapshot and journal it describes.
 //! A listing uses it only if both still match and its checksum holds; otherwise it reads
-//! the session itself. A crash between a save and its summary update therefore costs one
-//! slower listing, never a wrong one.
+//! the session itself. A crash between a save and its summary update therefore costs
+//! slower listings until the next save, not a wrong one (with `Durability::Sync`; with
+//! `Buffered`, a power cut can keep a file's stamps while losing its last writes).
 
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
