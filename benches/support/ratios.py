@@ -121,6 +121,9 @@ def main() -> int:
         pair("list", f"{sessions:,} sessions of {messages:,} messages",
              f"list/file_store/{label}", f"list/baseline_readdir_stat/{label}",
              "readdir + stat", f"list/{label}")
+        pair("list, store just opened", f"{sessions:,} sessions of {messages:,} messages",
+             f"list/file_store_fresh/{label}", f"list/baseline_readdir_stat/{label}",
+             "readdir + stat", f"list_fresh/{label}")
 
     print("| work | size | bytes | agent-session | baseline | ratio |")
     print("|---|---|---|---|---|---|")
