@@ -1380,6 +1380,24 @@ fn missing_garbled_or_stale_summary_falls_back_to_reading_the_session() {
 }
 
 #[test]
+fn a_listing_that_had_to_read_a_session_writes_its_summary_again() {
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let (alpha, beta) = two_sessions(&store);
+    let f = files(&dir, alpha.id());
+    let good = fs::read(&f.summary).expect("summary");
+    let mut flipped = good.clone();
+    flipped[40] ^= 0x01;
+    write_private(&f.summary, &flipped);
+    let expected = [SessionSummary::of(&alpha), SessionSummary::of(&beta)];
+    assert_eq!(open(&dir).list().expect("list").sessions, expected);
+    // The damaged summary was replaced by an intact one describing the same files, so
+    // the next listing (by any store) reads it instead of the session.
+    assert_eq!(fs::read(&f.summary).expect("summary"), good);
+    assert_eq!(open(&dir).list().expect("list").sessions, expected);
+}
+
+#[test]
 fn summary_symlink_is_never_written_through() {
     let (tmp, dir) = store_dir();
     let store = open(&dir);

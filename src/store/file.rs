@@ -619,19 +619,24 @@ impl FileSessionStore {
     /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
     fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
         Ok(self.read_state(id)?.map(|(snapshot, known)| {
-            if let Some(mut known) = known {
-                // A save that could not make its record durable marked the state so the
-                // next save rewrites it; reading the same files does not lift that.
-                if let Some(before) = self.known_sessions().get(id) {
-                    if before.base == known.base && before.journal == known.journal {
-                        known.verified &= before.verified;
-                        known.dir_synced |= before.dir_synced;
-                    }
-                }
-                self.remember(id, known);
+            if let Some(known) = known {
+                self.remember_read(id, known);
             }
             snapshot
         }))
+    }
+
+    /// Remembers a state read from the files. A save that could not make its record
+    /// durable marked the state so the next save rewrites it; reading the same files does
+    /// not lift that.
+    fn remember_read(&self, id: &SessionId, mut known: Known) {
+        if let Some(before) = self.known_sessions().get(id) {
+            if before.base == known.base && before.journal == known.journal {
+                known.verified &= before.verified;
+                known.dir_synced |= before.dir_synced;
+            }
+        }
+        self.remember(id, known);
     }
 
     /// [`read`](Self::read), also returning what a save needs to know of the state read,
@@ -1158,8 +1163,8 @@ impl FileSessionStore {
     }
 
     /// The summary of `id` for a listing: from its summary file if that describes the
-    /// current files, otherwise by reading the session. `Ok(None)` if it was deleted
-    /// meanwhile.
+    /// current files, otherwise by reading the session (and writing its summary again).
+    /// `Ok(None)` if it was deleted meanwhile.
     fn summarize(
         &self,
         id: &SessionId,
@@ -1170,7 +1175,16 @@ impl FileSessionStore {
                 return Ok(Some(found));
             }
         }
-        Ok(self.read(id)?.map(|snapshot| SessionSummary::of(&snapshot)))
+        let Some((snapshot, known)) = self.read_state(id)? else {
+            return Ok(None);
+        };
+        if let Some(known) = known {
+            // Repaired for the next listing (best effort, no lock needed: a summary names
+            // the files it describes, so one that a concurrent save outdates is ignored).
+            self.write_summary(&snapshot, snapshot.revision(), known.base, known.journal);
+            self.remember_read(id, known);
+        }
+        Ok(Some(SessionSummary::of(&snapshot)))
     }
 
     /// The summary file of `id`, if it describes the session's current files and those
