@@ -740,8 +740,8 @@ impl FileSessionStore {
         }
         if verify {
             if let Ok(Some((_, Some(known)))) = self.read_state(id) {
-                self.remember(id, known.clone());
-                return Ok(Some(known));
+                self.remember_read(id, known);
+                return Ok(self.known_sessions().get(id).cloned());
             }
         }
         self.forget(id);
