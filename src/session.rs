@@ -544,41 +544,25 @@ impl<E> Session<E> {
         }
         let mut snapshot = self.snapshot();
         let saved = checkpoint(&mut snapshot);
+        // Stored also after `NotDurable`: the new revision is in place.
+        let stored = match &saved {
+            Ok(revision) | Err(Error::NotDurable { revision, .. }) => {
+                Some(snapshot.stored_as(*revision, kept))
+            }
+            Err(_) => None,
+        };
+        // The snapshot lets go of the shared history first, so taking the placeholders
+        // back out copies nothing.
+        drop(snapshot);
         if !pending.is_empty() {
-            let stored = snapshot.counts();
-            // Taken back out: the snapshot must let go of the shared history first, so
-            // removing them copies nothing.
-            let (stored_options, stored_metadata, stored_updated_at, stored_redactor) = (
-                snapshot.options().clone(),
-                snapshot.metadata().clone(),
-                snapshot.updated_at(),
-                snapshot.redacted_by(),
-            );
-            drop(snapshot);
             Arc::make_mut(&mut self.transcript).truncate(kept.messages);
             Arc::make_mut(&mut self.records).truncate(kept.tool_calls);
             self.updated_at = updated_at;
-            let revision = match &saved {
-                Ok(revision) | Err(Error::NotDurable { revision, .. }) => *revision,
-                Err(_) => return saved.map(|_| ()),
-            };
-            self.revision = revision;
-            self.provenance = Some(Provenance {
-                revision,
-                stored,
-                kept,
-                updated_at: stored_updated_at,
-                options: Arc::new(stored_options),
-                metadata: Arc::new(stored_metadata),
-                redactor: stored_redactor,
-            });
-            return saved.map(|_| ());
         }
-        let revision = match &saved {
-            Ok(revision) | Err(Error::NotDurable { revision, .. }) => *revision,
-            Err(_) => return saved.map(|_| ()),
-        };
-        self.record_stored(&snapshot, revision, kept);
+        if let Some(stored) = stored {
+            self.revision = stored.revision;
+            self.provenance = Some(stored);
+        }
         saved.map(|_| ())
     }
 
@@ -602,15 +586,7 @@ impl<E> Session<E> {
     /// elements are the stored ones.
     fn record_stored(&mut self, stored: &SessionSnapshot, revision: Revision, kept: Counts) {
         self.revision = revision;
-        self.provenance = Some(Provenance {
-            revision,
-            stored: stored.counts(),
-            kept,
-            updated_at: stored.updated_at(),
-            options: Arc::new(stored.options().clone()),
-            metadata: Arc::new(stored.metadata().clone()),
-            redactor: stored.redacted_by(),
-        });
+        self.provenance = Some(stored.stored_as(revision, kept));
     }
 
     /// Whether the session has changed since it was last saved or loaded (or was never
@@ -773,9 +749,13 @@ impl<E> Session<E> {
             message: self.transcript.len(),
             block: 0,
         };
-        let mut record = interrupted_record(pending, result_at);
-        record.status = status;
-        Arc::make_mut(&mut self.records).push(record);
+        Arc::make_mut(&mut self.records).push(ToolCallRecord {
+            call_id: pending.call.id.clone(),
+            tool_name: pending.call.name.clone(),
+            call_at: pending.at,
+            result_at,
+            status,
+        });
         self.push(Message::tool_result(result));
     }
 
@@ -812,17 +792,6 @@ impl<E> Session<E> {
             }
         }
         Ok(())
-    }
-}
-
-/// The record of `pending` answered at `result_at`, as interrupted.
-fn interrupted_record(pending: &PendingCall, result_at: BlockPosition) -> ToolCallRecord {
-    ToolCallRecord {
-        call_id: pending.call.id.clone(),
-        tool_name: pending.call.name.clone(),
-        call_at: pending.at,
-        result_at,
-        status: ToolCallStatus::Interrupted,
     }
 }
 

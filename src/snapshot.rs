@@ -677,11 +677,6 @@ impl SessionSnapshot {
         }
     }
 
-    /// The rules of the redactor last applied to this snapshot, when known.
-    pub(crate) fn redacted_by(&self) -> Option<u64> {
-        self.redacted_by
-    }
-
     /// What this snapshot is known to share with a stored revision.
     pub(crate) fn provenance(&self) -> Option<&Provenance> {
         self.provenance.as_ref()
@@ -691,15 +686,21 @@ impl SessionSnapshot {
     /// this on what it loads).
     pub(crate) fn mark_stored(&mut self, revision: Revision) {
         self.revision = revision;
-        self.provenance = Some(Provenance {
+        self.provenance = Some(self.stored_as(revision, self.counts()));
+    }
+
+    /// What a session whose first `kept` elements are this snapshot's knows once this
+    /// snapshot is stored at `revision`.
+    pub(crate) fn stored_as(&self, revision: Revision, kept: Counts) -> Provenance {
+        Provenance {
             revision,
             stored: self.counts(),
-            kept: self.counts(),
+            kept,
             updated_at: self.updated_at,
             options: Arc::new(self.options.clone()),
             metadata: Arc::new(self.metadata.clone()),
             redactor: self.redacted_by,
-        });
+        }
     }
 
     /// The change from the stored state this snapshot derives from to this snapshot, to be
@@ -804,16 +805,7 @@ impl SessionSnapshot {
     ) -> Result<Self> {
         let offset = self.transcript.len();
         for (i, message) in messages.iter().enumerate() {
-            if message.wire.role.is_some()
-                && (message.role != Role::System
-                    || message.wire.role.as_deref() != Some("developer"))
-            {
-                return Err(Error::inconsistent(format!(
-                    "message {} has role {:?} with a role alias; only a system message may carry the alias \"developer\"",
-                    offset + i,
-                    message.role
-                )));
-            }
+            check_role_alias(offset + i, message)?;
         }
         // Every call already here has its result, so new results can only answer new
         // calls: pairing the new messages alone checks them completely.
@@ -967,16 +959,7 @@ impl SessionSnapshot {
             )));
         }
         for (m, message) in self.transcript.iter().enumerate() {
-            if let Some(alias) = &message.wire.role {
-                // The only role alias a codec records; any other would change the role a
-                // provider is sent.
-                if alias != "developer" || message.role != Role::System {
-                    return Err(Error::inconsistent(format!(
-                        "message {m} has role {:?} with the role alias {alias:?}; only a system message may carry the alias \"developer\"",
-                        message.role
-                    )));
-                }
-            }
+            check_role_alias(m, message)?;
         }
         if UsageTotals::checked_sum(&self.usage).is_none() {
             return Err(Error::inconsistent(
@@ -1130,6 +1113,20 @@ fn unsupported(found: u64) -> Error {
         location: Location::Bytes,
         found,
         supported: SCHEMA_VERSION,
+    }
+}
+
+/// Refuses a role alias on message `m` other than the one a codec records ("developer" on
+/// a system message): any other would change the role a provider is sent.
+fn check_role_alias(m: usize, message: &Message) -> Result<()> {
+    match &message.wire.role {
+        Some(alias) if alias != "developer" || message.role != Role::System => {
+            Err(Error::inconsistent(format!(
+                "message {m} has role {:?} with the role alias {alias:?}; only a system message may carry the alias \"developer\"",
+                message.role
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
