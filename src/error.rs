@@ -68,7 +68,7 @@ pub enum Error {
     /// A stored snapshot (or a file store's journal) uses a format version this release
     /// cannot read.
     #[error(
-        "{} uses format version {found}, but this release reads only version {supported}: \
+        "{} uses format version {found}, but this release reads versions up to {supported}: \
          upgrade agent-session to read it",
         DisplayLocation(location)
     )]
@@ -222,6 +222,43 @@ pub enum Error {
         reason: String,
     },
 
+    /// A session to create (a fork, an import) would take an id that is already stored.
+    #[error(
+        "session {id} already exists in this store: choose another id (the CLI: --as ID or \
+         --new-ids), or delete the stored one first"
+    )]
+    AlreadyExists {
+        /// The id that is taken.
+        id: SessionId,
+    },
+
+    /// The store does not implement an optional operation of
+    /// [`SessionStore`](crate::SessionStore) (such as archiving).
+    #[error("{store} cannot {operation}: implement it for this store, or use a store that can (FileSessionStore, MemorySessionStore)")]
+    Unsupported {
+        /// The store's type.
+        store: &'static str,
+        /// What it was asked to do.
+        operation: &'static str,
+    },
+
+    /// An export bundle was refused: one of its sessions (or the bundle itself) failed
+    /// validation, so nothing in it was imported.
+    #[error(
+        "the bundle is refused as a whole and nothing was imported: {}{problem}",
+        entry.map_or_else(String::new, |i| format!("entry {i}: "))
+    )]
+    InvalidBundle {
+        /// The 0-based index of the offending session in the bundle, if the problem is in
+        /// one session.
+        entry: Option<usize>,
+        /// What is wrong.
+        problem: String,
+        /// The error that refused the session, if any.
+        #[source]
+        source: Option<Box<Error>>,
+    },
+
     /// [`Harness::resume_latest`](crate::Harness::resume_latest) found no readable session.
     #[error("there is no saved session to resume")]
     NoSessions,
@@ -320,12 +357,14 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::NotFound { .. } | Error::NoSessions => ErrorKind::NotFound,
-            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Conflict { .. } | Error::AlreadyExists { .. } => ErrorKind::Conflict,
             Error::InvalidId { .. }
             | Error::InvalidArgument { .. }
             | Error::Encode { .. }
             | Error::TooDeep { .. }
-            | Error::Conversion { .. } => ErrorKind::InvalidInput,
+            | Error::Conversion { .. }
+            | Error::Unsupported { .. }
+            | Error::InvalidBundle { .. } => ErrorKind::InvalidInput,
             Error::Inconsistent { location, .. } => match location {
                 Location::Bytes => ErrorKind::InvalidInput,
                 Location::File(_) | Location::Stored(_) => ErrorKind::Corrupt,

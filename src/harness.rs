@@ -6,10 +6,13 @@ use std::sync::Arc;
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::lineage::ForkAt;
 use crate::redact::Redactor;
 use crate::session::{Session, SessionOptions, TurnOutcome};
 use crate::snapshot::SessionSnapshot;
-use crate::store::{ListCursor, Revision, SessionList, SessionPage, SessionStore};
+use crate::store::{
+    ListCursor, PrunePolicy, PruneReport, Revision, SessionList, SessionPage, SessionStore,
+};
 use crate::transcript::Message;
 
 /// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor, and saves it.
@@ -396,6 +399,67 @@ where
     /// As [`SessionStore::delete`].
     pub fn delete_session(&self, id: &SessionId) -> Result<()> {
         self.store.delete(id)
+    }
+
+    /// Forks session `id` at `at` into a new session with a generated id, saves the fork,
+    /// and resumes it with a fresh engine and the options saved with the parent. The
+    /// parent is not changed. See [`SessionStore::fork`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::fork`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, Engine, Harness,
+    /// #     MemorySessionStore, SessionOptions, ForkAt};
+    /// # struct MyEngine;
+    /// # impl Engine for MyEngine {
+    /// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+    /// # }
+    /// let harness = Harness::builder(MemorySessionStore::new(), || MyEngine).build();
+    /// let mut session = harness.new_session(SessionOptions::new("model"))?;
+    /// harness.save_session(&mut session)?;
+    ///
+    /// let fork = harness.fork_session(session.id(), ForkAt::End)?;
+    /// assert_eq!(fork.lineage().map(|l| &l.parent), Some(session.id()));
+    /// assert_eq!(harness.list_sessions()?.sessions.len(), 2);
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    pub fn fork_session(&self, id: &SessionId, at: ForkAt) -> Result<Session<E>> {
+        let fork = self.store.fork(id, at, SessionId::generate())?;
+        let options = self.with_default_tools(SessionOptions::from_snapshot(&fork));
+        Session::restore(fork, (self.engine_factory)(), Some(options))
+    }
+
+    /// Archives session `id`: it leaves [`list_sessions`](Self::list_sessions) but still
+    /// resumes. See [`SessionStore::set_archived`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::set_archived`].
+    pub fn archive_session(&self, id: &SessionId) -> Result<()> {
+        self.store.set_archived(id, true)
+    }
+
+    /// Brings archived session `id` back into [`list_sessions`](Self::list_sessions).
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::set_archived`].
+    pub fn unarchive_session(&self, id: &SessionId) -> Result<()> {
+        self.store.set_archived(id, false)
+    }
+
+    /// Deletes (or with a dry run, lists) what `policy` says should go; see
+    /// [`SessionStore::prune`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::prune`].
+    pub fn prune_sessions(&self, policy: &PrunePolicy) -> Result<PruneReport> {
+        self.store.prune(policy)
     }
 
     fn with_default_tools(&self, mut options: SessionOptions) -> SessionOptions {

@@ -254,6 +254,14 @@ pub(crate) mod strict {
         Ok(items.into_iter().map(|o| o.0).collect())
     }
 
+    /// An optional struct-typed field that, when present and not `null`, must be a JSON
+    /// object.
+    pub(crate) fn optional_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Option::<ObjectOnly<T>>::deserialize(d).map(|o| o.map(|o| o.0))
+    }
+
     pub(crate) fn value<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
         StrictValue::deserialize(d).map(|v| v.0)
     }

@@ -104,11 +104,14 @@
 #[cfg(not(unix))]
 compile_error!("agent-session supports Unix platforms (Linux and macOS): the file store relies on Unix permissions and O_NOFOLLOW");
 
+mod bundle;
 mod engine;
 mod error;
 mod harness;
 mod id;
 mod json;
+mod lineage;
+mod migrate;
 mod redact;
 mod session;
 mod snapshot;
@@ -116,10 +119,12 @@ mod store;
 mod transcript;
 mod usage;
 
+pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{SessionId, MAX_ID_LEN};
+pub use lineage::{ForkAt, Lineage};
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{
     Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, DEFAULT_MAX_TURNS,
@@ -127,11 +132,12 @@ pub use session::{
 };
 pub use snapshot::{
     BlockPosition, PersistedOptions, SessionSnapshot, SnapshotBuilder, ToolCallRecord,
-    ToolCallStatus, SCHEMA_VERSION,
+    ToolCallStatus, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use store::{
-    Durability, FileSessionStore, FileStoreBuilder, ListCursor, MemorySessionStore, Revision,
-    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+    Durability, FileSessionStore, FileStoreBuilder, ListCursor, ListScope, MemorySessionStore,
+    PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned, Revision, SessionList, SessionPage,
+    SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 pub use transcript::{
     ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::engine::{CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 use crate::error::{BoxError, Error, Result};
 use crate::id::SessionId;
+use crate::lineage::Lineage;
 use crate::snapshot::{
     BlockPosition, Counts, PersistedOptions, Provenance, SessionSnapshot, SnapshotParts,
     ToolCallRecord, ToolCallStatus,
@@ -247,6 +248,8 @@ pub struct Session<E> {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     options: SessionOptions,
+    /// Where the session was forked from; kept so every snapshot of a fork says so.
+    lineage: Option<Lineage>,
     // Shared with the snapshots taken of the session (copied on write only while one is
     // alive), so a snapshot to save costs nothing per message.
     transcript: Arc<Vec<Message>>,
@@ -293,6 +296,7 @@ impl<E: Engine> Session<E> {
             records: Arc::default(),
             usage: Arc::default(),
             provenance: None,
+            lineage: None,
             engine,
         })
     }
@@ -322,6 +326,7 @@ impl<E: Engine> Session<E> {
             created_at: parts.created_at,
             updated_at: parts.updated_at,
             options,
+            lineage: parts.lineage,
             transcript: parts.transcript,
             records: parts.tool_calls,
             usage: parts.usage,
@@ -519,6 +524,7 @@ impl<E> Session<E> {
             updated_at: self.updated_at,
             options: self.options.persisted(),
             metadata: self.options.metadata.clone(),
+            lineage: self.lineage.clone(),
             transcript: Arc::clone(&self.transcript),
             tool_calls: Arc::clone(&self.records),
             usage: Arc::clone(&self.usage),
@@ -707,6 +713,12 @@ impl<E> Session<E> {
     #[must_use]
     pub fn tool_calls(&self) -> &[ToolCallRecord] {
         &self.records
+    }
+
+    /// Where the session was forked from, if it is a fork.
+    #[must_use]
+    pub fn lineage(&self) -> Option<&Lineage> {
+        self.lineage.as_ref()
     }
 
     /// Usage of each completion, oldest first.

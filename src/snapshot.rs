@@ -9,14 +9,20 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
-use crate::json::{self, strict, ObjectOnly};
+use crate::json::{self, strict, ObjectOnly, StrictValue};
+use crate::lineage::{self, ForkAt, Lineage};
 use crate::redact::{self, Redactor};
 use crate::store::Revision;
 use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
 use crate::usage::{Usage, UsageTotals};
 
-/// The snapshot schema version this release writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The snapshot schema version this release writes. It reads every version from
+/// [`OLDEST_SCHEMA_VERSION`] up to this one, upgrading older ones as they are decoded
+/// (see `docs/FORMAT.md`, "Version history").
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest snapshot schema version this release still reads.
+pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 /// The longest title [`SessionSnapshot::title`] derives from the first user message.
 const TITLE_MAX_CHARS: usize = 80;
@@ -181,6 +187,8 @@ pub struct SessionSnapshot {
     updated_at: DateTime<Utc>,
     options: PersistedOptions,
     metadata: Map<String, Value>,
+    /// Where the session was forked from, if it is a fork.
+    lineage: Option<Lineage>,
     // Shared with the session that made the snapshot (and with clones), so taking a
     // snapshot to save it does not copy the history; copied on write.
     transcript: Arc<Vec<Message>>,
@@ -202,6 +210,7 @@ impl PartialEq for SessionSnapshot {
             && self.updated_at == other.updated_at
             && self.options == other.options
             && self.metadata == other.metadata
+            && self.lineage == other.lineage
             && self.transcript == other.transcript
             && self.tool_calls == other.tool_calls
             && self.usage == other.usage
@@ -294,6 +303,8 @@ struct Decoded {
     options: PersistedOptions,
     #[serde(deserialize_with = "strict::map")]
     metadata: Map<String, Value>,
+    #[serde(default, deserialize_with = "strict::optional_object")]
+    lineage: Option<Lineage>,
     #[serde(deserialize_with = "strict::objects")]
     transcript: Vec<Message>,
     #[serde(deserialize_with = "strict::objects")]
@@ -314,6 +325,8 @@ struct Encoded<'a> {
     updated_at: &'a DateTime<Utc>,
     options: &'a PersistedOptions,
     metadata: &'a Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lineage: Option<&'a Lineage>,
     transcript: &'a [Message],
     tool_calls: &'a [ToolCallRecord],
     usage: &'a [Usage],
@@ -329,6 +342,8 @@ struct EncodedHead<'a> {
     updated_at: &'a DateTime<Utc>,
     options: &'a PersistedOptions,
     metadata: &'a Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lineage: Option<&'a Lineage>,
 }
 
 /// A transcript encoded as a JSON array, in one or more consecutive chunks.
@@ -456,6 +471,7 @@ impl SessionSnapshot {
             created_at: now,
             updated_at: now,
             metadata: Map::new(),
+            lineage: None,
             transcript: Vec::new(),
             statuses: HashMap::new(),
             usage: Vec::new(),
@@ -487,6 +503,7 @@ impl SessionSnapshot {
             updated_at: decoded.updated_at,
             options: decoded.options,
             metadata: decoded.metadata,
+            lineage: decoded.lineage,
             transcript: Arc::new(decoded.transcript),
             tool_calls: Arc::new(decoded.tool_calls),
             usage: Arc::new(decoded.usage),
@@ -503,7 +520,7 @@ impl SessionSnapshot {
     /// is only the start of a snapshot whose header is not in canonical form.
     pub(crate) fn peek_header(bytes: &[u8], whole: bool) -> Result<Option<SnapshotHeader>> {
         if let Some((version, header)) = canonical_header(bytes) {
-            if version != u64::from(SCHEMA_VERSION) {
+            if !is_supported(version) {
                 return Err(unsupported(version));
             }
             return Ok(Some(header));
@@ -554,6 +571,7 @@ impl SessionSnapshot {
                 updated_at: &self.updated_at,
                 options: &self.options,
                 metadata: &self.metadata,
+                lineage: self.lineage.as_ref(),
             },
         )
         .map_err(failed)?;
@@ -648,6 +666,86 @@ impl SessionSnapshot {
     #[must_use]
     pub fn metadata(&self) -> &Map<String, Value> {
         &self.metadata
+    }
+
+    /// Where the session was forked from, if it is a fork ([`fork`](Self::fork)).
+    #[must_use]
+    pub fn lineage(&self) -> Option<&Lineage> {
+        self.lineage.as_ref()
+    }
+
+    /// A new session `id` that starts with this one's history up to `at`, recording this
+    /// session as its parent ([`Lineage`]). This snapshot is not changed; save the fork
+    /// as a new session, or let [`SessionStore::fork`](crate::SessionStore::fork) do both.
+    ///
+    /// The fork keeps the options, the metadata, the messages before the cut and their
+    /// tool-call records. Its usage starts empty: the completions that produced the
+    /// shared history were paid for by the parent, so summing the cost of every session
+    /// counts each completion once. Its creation and update times are now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `id` is this session's own id, if `at` lies beyond
+    /// the transcript, or if the cut would separate a tool call from its result (the
+    /// message names the nearest points that do not).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ForkAt, Message, SessionId, SessionSnapshot};
+    ///
+    /// let parent = SessionSnapshot::builder(SessionId::parse("p")?, "m")
+    ///     .transcript(vec![Message::user("a"), Message::user("b")])
+    ///     .build()?;
+    /// let fork = parent.fork(SessionId::parse("f")?, ForkAt::Messages(1))?;
+    /// assert_eq!(fork.transcript().len(), 1);
+    /// assert_eq!(fork.lineage().map(|l| l.parent.as_str()), Some("p"));
+    /// assert!(parent.fork(SessionId::parse("p")?, ForkAt::End).is_err());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    pub fn fork(&self, id: SessionId, at: ForkAt) -> Result<SessionSnapshot> {
+        if id == self.id {
+            return Err(Error::InvalidArgument {
+                reason: format!("a fork of session {id} needs an id of its own"),
+            });
+        }
+        let cut = lineage::cut(&self.id, &self.transcript, &self.tool_calls, at)?;
+        let now = Utc::now().max(self.created_at);
+        let fork = SessionSnapshot {
+            id,
+            revision: Revision::NEW,
+            created_at: now,
+            updated_at: now,
+            options: self.options.clone(),
+            metadata: self.metadata.clone(),
+            lineage: Some(Lineage::new(self.id.clone(), self.revision, cut, now)),
+            transcript: Arc::new(self.transcript[..cut].to_vec()),
+            tool_calls: Arc::new(
+                self.tool_calls
+                    .iter()
+                    .filter(|r| r.result_at.message < cut)
+                    .cloned()
+                    .collect(),
+            ),
+            usage: Arc::default(),
+            provenance: None,
+            redacted_by: None,
+        };
+        fork.validate()?;
+        Ok(fork)
+    }
+
+    /// This snapshot as a new, never-saved session `id` (revision [`Revision::NEW`]), with
+    /// the lineage given: for importing it under another id.
+    pub(crate) fn renamed(&self, id: SessionId, lineage: Option<Lineage>) -> SessionSnapshot {
+        SessionSnapshot {
+            id,
+            revision: Revision::NEW,
+            lineage,
+            provenance: None,
+            redacted_by: None,
+            ..self.clone()
+        }
     }
 
     /// The transcript, oldest message first.
@@ -947,6 +1045,14 @@ impl SessionSnapshot {
 
     /// Checks every invariant described on the type.
     pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(lineage) = &self.lineage {
+            if lineage.parent == self.id {
+                return Err(Error::inconsistent(format!(
+                    "session {} names itself as the parent it was forked from",
+                    self.id
+                )));
+            }
+        }
         if self.options.max_turns == 0 {
             return Err(Error::inconsistent(
                 "options.max_turns is 0; it must be at least 1",
@@ -1005,6 +1111,7 @@ impl SessionSnapshot {
             updated_at: parts.updated_at,
             options: parts.options,
             metadata: parts.metadata,
+            lineage: parts.lineage,
             transcript: parts.transcript,
             tool_calls: parts.tool_calls,
             usage: parts.usage,
@@ -1028,6 +1135,7 @@ impl SessionSnapshot {
             updated_at: self.updated_at,
             options: self.options,
             metadata: self.metadata,
+            lineage: self.lineage,
             transcript: self.transcript,
             tool_calls: self.tool_calls,
             usage: self.usage,
@@ -1044,6 +1152,7 @@ pub(crate) struct SnapshotParts {
     pub(crate) updated_at: DateTime<Utc>,
     pub(crate) options: PersistedOptions,
     pub(crate) metadata: Map<String, Value>,
+    pub(crate) lineage: Option<Lineage>,
     pub(crate) transcript: Arc<Vec<Message>>,
     pub(crate) tool_calls: Arc<Vec<ToolCallRecord>>,
     pub(crate) usage: Arc<Vec<Usage>>,
@@ -1093,19 +1202,40 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     version: impl Fn(&T) -> u64,
 ) -> Result<T> {
-    match serde_json::from_slice::<ObjectOnly<T>>(bytes) {
-        Ok(ObjectOnly(decoded)) if version(&decoded) == u64::from(SCHEMA_VERSION) => Ok(decoded),
-        Ok(ObjectOnly(decoded)) => Err(unsupported(version(&decoded))),
+    let found = match serde_json::from_slice::<ObjectOnly<T>>(bytes) {
+        Ok(ObjectOnly(decoded)) if version(&decoded) == u64::from(SCHEMA_VERSION) => {
+            return Ok(decoded)
+        }
+        Ok(ObjectOnly(decoded)) => version(&decoded),
         Err(source) => match serde_json::from_slice(bytes) {
             Ok(VersionProbe {
                 schema_version: Some(found),
-            }) if found != u64::from(SCHEMA_VERSION) => Err(unsupported(found)),
-            _ => Err(Error::Malformed {
-                location: Location::Bytes,
-                source,
-            }),
+            }) if found != u64::from(SCHEMA_VERSION) => found,
+            _ => {
+                return Err(Error::Malformed {
+                    location: Location::Bytes,
+                    source,
+                })
+            }
         },
+    };
+    if !is_supported(found) {
+        return Err(unsupported(found));
     }
+    // An older schema: decoded (refusing duplicate keys, as the typed decoder does),
+    // upgraded one version at a time, and then decoded as the current one.
+    let malformed = |source| Error::Malformed {
+        location: Location::Bytes,
+        source,
+    };
+    let ObjectOnly(StrictValue(document)) = serde_json::from_slice(bytes).map_err(malformed)?;
+    let upgraded = crate::migrate::upgrade(document, found).map_err(malformed)?;
+    T::deserialize(upgraded).map_err(malformed)
+}
+
+/// Whether this release reads schema version `version`.
+fn is_supported(version: u64) -> bool {
+    (u64::from(OLDEST_SCHEMA_VERSION)..=u64::from(SCHEMA_VERSION)).contains(&version)
 }
 
 fn unsupported(found: u64) -> Error {
@@ -1247,6 +1377,7 @@ pub struct SnapshotBuilder {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     metadata: Map<String, Value>,
+    lineage: Option<Lineage>,
     transcript: Vec<Message>,
     statuses: HashMap<String, ToolCallStatus>,
     usage: Vec<Usage>,
@@ -1274,6 +1405,13 @@ impl SnapshotBuilder {
     /// Sets one metadata entry.
     pub fn metadata_entry(mut self, key: impl Into<String>, value: Value) -> Self {
         self.metadata.insert(key.into(), value);
+        self
+    }
+
+    /// Records the session as a fork ([`Lineage`]; default: none), for importers that
+    /// rebuild forks made elsewhere. [`SessionSnapshot::fork`] sets it for you.
+    pub fn lineage(mut self, lineage: Lineage) -> Self {
+        self.lineage = Some(lineage);
         self
     }
 
@@ -1335,6 +1473,7 @@ impl SnapshotBuilder {
             updated_at: self.updated_at,
             options: self.options,
             metadata: self.metadata,
+            lineage: self.lineage,
             transcript: Arc::new(self.transcript),
             tool_calls: Arc::new(tool_calls),
             usage: Arc::new(self.usage),
@@ -1486,6 +1625,7 @@ mod tests {
                 updated_at: &snapshot.updated_at,
                 options: &snapshot.options,
                 metadata: &snapshot.metadata,
+                lineage: snapshot.lineage.as_ref(),
                 transcript: &snapshot.transcript,
                 tool_calls: &snapshot.tool_calls,
                 usage: &snapshot.usage,
@@ -1529,6 +1669,7 @@ mod tests {
             updated_at: &snapshot.updated_at,
             options: &snapshot.options,
             metadata: &snapshot.metadata,
+            lineage: snapshot.lineage.as_ref(),
             transcript: &snapshot.transcript,
             tool_calls: &snapshot.tool_calls,
             usage: &snapshot.usage,
@@ -1554,7 +1695,10 @@ mod tests {
             created_at: snapshot.created_at(),
         };
         let bytes = snapshot.to_json().unwrap();
-        assert_eq!(canonical_header(&bytes), Some((1, expected.clone())));
+        assert_eq!(
+            canonical_header(&bytes),
+            Some((u64::from(SCHEMA_VERSION), expected.clone()))
+        );
         // The head of the file is enough.
         assert_eq!(
             SessionSnapshot::peek_header(&bytes[..120], false).unwrap(),
@@ -1585,28 +1729,39 @@ mod tests {
                 String::from_utf8_lossy(odd)
             );
         }
-        let newer = br#"{"schema_version":2,"id":"t","revision":1,"created_at":"x"}"#;
+        let newer = br#"{"schema_version":3,"id":"t","revision":1,"created_at":"x"}"#;
         assert!(matches!(
             SessionSnapshot::peek_header(newer, true),
-            Err(Error::UnsupportedSchemaVersion { found: 2, .. })
+            Err(Error::UnsupportedSchemaVersion { found: 3, .. })
         ));
+        // An older version's header is read the same way: a store keeps bases written by
+        // older releases and appends to them.
+        let older =
+            br#"{"schema_version":1,"id":"t","revision":1,"created_at":"2026-01-01T00:00:00Z","#;
+        assert!(SessionSnapshot::peek_header(older, false)
+            .unwrap()
+            .is_some());
     }
 
     #[test]
     fn versions_are_checked_before_fields() {
         let snapshot = SessionSnapshot::builder(id(), "m").build().unwrap();
         let mut value: Value = serde_json::from_slice(&snapshot.to_json().unwrap()).unwrap();
-        value["schema_version"] = json!(2);
-        value["new_field_of_v2"] = json!(true);
+        value["schema_version"] = json!(3);
+        value["new_field_of_v3"] = json!(true);
         let err = SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap_err();
         assert!(
-            matches!(err, Error::UnsupportedSchemaVersion { found: 2, .. }),
+            matches!(err, Error::UnsupportedSchemaVersion { found: 3, .. }),
             "{err}"
         );
 
-        value["schema_version"] = json!(1);
-        let err = SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap_err();
-        assert!(matches!(err, Error::Malformed { .. }), "{err}");
+        // An unknown field is refused in the current version and, through the migration
+        // path, in an older one.
+        for version in [SCHEMA_VERSION, OLDEST_SCHEMA_VERSION] {
+            value["schema_version"] = json!(version);
+            let err = SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap_err();
+            assert!(matches!(err, Error::Malformed { .. }), "{version}: {err}");
+        }
     }
 
     #[test]

@@ -134,9 +134,10 @@ pub(super) fn saved(snapshot: &SessionSnapshot) -> SessionSnapshot {
     snapshot.clone().with_revision(snapshot.revision().next())
 }
 
-/// The files of session `id` (`.json`, `.journal`, `.summary`) present in `dir`.
+/// The files of session `id` (`.json`, `.journal`, `.summary`, `.archived`) present in
+/// `dir`.
 pub(super) fn session_files(dir: &Path, id: &SessionId) -> Vec<String> {
-    ["json", "journal", "summary"]
+    ["json", "journal", "summary", "archived"]
         .iter()
         .map(|suffix| format!("{id}.{suffix}"))
         .filter(|name| std::fs::symlink_metadata(dir.join(name)).is_ok())
@@ -1153,8 +1154,8 @@ fn check_save_result(
 }
 
 /// Which of the store's files a call acted on, to pin call sequences: `base` (`<id>.json`),
-/// `journal`, `summary`, `temp` (a temporary file), `lock`, or `dir` (a directory, or no
-/// path known).
+/// `journal`, `summary`, `archived` (the archive marker), `temp` (a temporary file),
+/// `lock`, or `dir` (a directory, or no path known).
 fn kind(call: &Call) -> &'static str {
     let Some(path) = &call.path else {
         return "dir";
@@ -1163,6 +1164,7 @@ fn kind(call: &Call) -> &'static str {
         Some("json") => "base",
         Some("journal") => "journal",
         Some("summary") => "summary",
+        Some("archived") => "archived",
         Some("tmp") => "temp",
         _ if path.file_name().is_some_and(|n| n == ".lock") => "lock",
         _ => "dir",
@@ -1350,8 +1352,9 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         assert_eq!(clean_save_calls(control, Existing::Remembered), replacing);
     }
     // A delete of a session with no journal: the base, its removal made durable, then the
-    // summary and the directory synced again. (The base's unlink is synced before any other
-    // file goes, so a crash never keeps a base whose journal is gone.)
+    // summary (and an archive marker, if any) and the directory synced again. (The base's
+    // unlink is synced before any other file goes, so a crash never keeps a base whose
+    // journal is gone.)
     assert_eq!(
         clean_delete_calls(),
         [
@@ -1362,6 +1365,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
             (SymlinkMetadata, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
     );
@@ -1684,8 +1688,10 @@ fn delete_with_fault(
                 ensure!(
                     matches!(
                         (calls[i].op, kind(&calls[i])),
-                        (Op::SymlinkMetadata | Op::RemoveFile, "journal" | "summary")
-                            | (Op::SyncDir, "dir")
+                        (
+                            Op::SymlinkMetadata | Op::RemoveFile,
+                            "journal" | "summary" | "archived"
+                        ) | (Op::SyncDir, "dir")
                     ),
                     "failure after the unlink of the base: {:?} on {:?}",
                     calls[i].op,
@@ -2348,6 +2354,7 @@ fn journal_save_with_fault(
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one pinned sequence per case, read top to bottom
 fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durable_order() {
     use Op::{
         CreatePrivate, CreateTemp, OpenRead, OpenWrite, RemoveFile, Rename, SetLen,
@@ -2464,6 +2471,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             (RemoveFile, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
     );

@@ -15,7 +15,9 @@ use super::atomic::{self, ReplaceError};
 use super::fs::{FileSystem, OsFileSystem};
 use super::journal::{self, JournalHeader, JOURNAL_VERSION};
 use super::summary::{self, Stamp, MAX_SUMMARY_BYTES};
-use super::{check_revision, Revision, SessionList, SessionStore, SessionSummary};
+use super::{
+    check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore, SessionSummary,
+};
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
 use crate::snapshot::{Counts, SessionSnapshot};
@@ -31,6 +33,8 @@ const SNAPSHOT_SUFFIX: &str = ".json";
 const JOURNAL_SUFFIX: &str = ".journal";
 /// Suffix of summary files.
 const SUMMARY_SUFFIX: &str = ".summary";
+/// The suffix of an archived session's marker file (empty; its presence is the state).
+const ARCHIVED_SUFFIX: &str = ".archived";
 /// Suffix of temporary files; their names start with a dot, so they are never sessions.
 const TEMP_SUFFIX: &str = ".tmp";
 /// How much of a base snapshot a save reads to find its header.
@@ -464,6 +468,11 @@ impl FileSessionStore {
     /// The journal of session `id`: `<dir>/<id>.journal`.
     fn journal_path(&self, id: &SessionId) -> PathBuf {
         self.root.join(format!("{id}{JOURNAL_SUFFIX}"))
+    }
+
+    /// The marker of archived session `id`: `<dir>/<id>.archived`.
+    fn archived_path(&self, id: &SessionId) -> PathBuf {
+        self.root.join(format!("{id}{ARCHIVED_SUFFIX}"))
     }
 
     /// The listing summary of session `id`: `<dir>/<id>.summary`.
@@ -1378,6 +1387,13 @@ impl SessionStore for FileSessionStore {
     /// [`SessionList::unreadable`]; other names (journals, summaries, temporary files, the
     /// lock) are not sessions.
     fn list(&self) -> Result<SessionList> {
+        self.list_scoped(ListScope::Active)
+    }
+
+    /// As [`list`](SessionStore::list), for the sessions in `scope`: a session is archived
+    /// while an empty marker file `<id>.archived` sits beside it, so archived sessions
+    /// outside the scope are skipped by name, without reading anything of them.
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         self.check_root()?;
         let mut sessions = Vec::new();
         let mut unreadable = Vec::new();
@@ -1406,8 +1422,15 @@ impl SessionStore for FileSessionStore {
                 });
                 continue;
             };
+            let archived = names.contains(&OsString::from(format!("{id}{ARCHIVED_SUFFIX}")));
+            if !scope.includes(archived) {
+                continue;
+            }
             match self.summarize(&id, &names) {
-                Ok(Some(summary)) => sessions.push(summary),
+                Ok(Some(mut summary)) => {
+                    summary.archived = archived;
+                    sessions.push(summary);
+                }
                 // Deleted between readdir and open: not an error, just gone.
                 Ok(None) => {}
                 Err(e) => unreadable.push(e),
@@ -1426,6 +1449,91 @@ impl SessionStore for FileSessionStore {
     fn delete(&self, id: &SessionId) -> Result<()> {
         let _lock = self.write_lock()?;
         self.check_root()?;
+        self.delete_locked(id)
+    }
+
+    /// Archives or restores the session by creating or removing its empty marker file
+    /// `<id>.archived` (0600, created with `O_EXCL | O_NOFOLLOW`), then fsyncs the
+    /// directory. The snapshot and journal are not touched.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such session; [`Error::Io`] otherwise.
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        let _lock = self.write_lock()?;
+        self.check_root()?;
+        let path = self.path_of(id);
+        match self.fs.symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(Error::Insecure {
+                    path,
+                    reason: "it is a directory, not a snapshot",
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { id: id.clone() })
+            }
+            Err(e) => return Err(Error::io("inspect", &path, e)),
+        }
+        let marker = self.archived_path(id);
+        let present = match self.fs.symlink_metadata(&marker) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io("inspect", &marker, e)),
+        };
+        if present == archived {
+            return Ok(());
+        }
+        if archived {
+            self.fs
+                .create_private(&marker)
+                .map_err(|e| Error::io("create the archive marker", &marker, e))?;
+        } else {
+            self.fs
+                .remove_file(&marker)
+                .map_err(|e| Error::io("remove the archive marker", &marker, e))?;
+        }
+        if self.durable() {
+            self.fs
+                .sync_dir(&self.root)
+                .map_err(|e| Error::io("sync the directory after archiving in", &self.root, e))?;
+        }
+        Ok(())
+    }
+
+    /// The sizes of the session's snapshot file and journal, from `lstat`.
+    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        self.check_root()?;
+        let mut bytes = 0;
+        for (path, required) in [(self.path_of(id), true), (self.journal_path(id), false)] {
+            match self.fs.symlink_metadata(&path) {
+                Ok(meta) => bytes += meta.len(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && required => {
+                    return Err(Error::NotFound { id: id.clone() })
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("inspect", &path, e)),
+            }
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Deletes the session if the stored revision is still `revision`, deciding and
+    /// deleting under the store's write lock, so no save (from this process or another)
+    /// can land in between.
+    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
+        let _lock = self.write_lock()?;
+        self.check_root()?;
+        let stored = self.stored_state(id, false)?;
+        check_unchanged(id, revision, stored.map(|known| known.revision))?;
+        self.delete_locked(id)
+    }
+}
+
+impl FileSessionStore {
+    /// [`SessionStore::delete`], under the write lock.
+    fn delete_locked(&self, id: &SessionId) -> Result<()> {
         let path = self.path_of(id);
         let found = match self.fs.symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {
@@ -1457,7 +1565,11 @@ impl SessionStore for FileSessionStore {
         // Without its snapshot a journal or summary is never read; they are removed all the
         // same (also those a delete cut short left behind).
         let mut removed_extra = false;
-        for extra in [self.journal_path(id), self.summary_path(id)] {
+        for extra in [
+            self.journal_path(id),
+            self.summary_path(id),
+            self.archived_path(id),
+        ] {
             match self.fs.symlink_metadata(&extra) {
                 Ok(meta) if meta.is_dir() => {}
                 Ok(_) => {

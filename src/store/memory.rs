@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{check_revision, Revision, SessionList, SessionStore, SessionSummary};
+use super::{
+    check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore, SessionSummary,
+};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::snapshot::SessionSnapshot;
@@ -26,7 +28,16 @@ use crate::snapshot::SessionSnapshot;
 /// ```
 #[derive(Debug, Default)]
 pub struct MemorySessionStore {
-    sessions: Mutex<HashMap<SessionId, SessionSnapshot>>,
+    sessions: Mutex<HashMap<SessionId, Stored>>,
+}
+
+/// One stored session.
+#[derive(Debug)]
+struct Stored {
+    snapshot: SessionSnapshot,
+    /// The length of its JSON form, the size a listing reports.
+    bytes: u64,
+    archived: bool,
 }
 
 impl MemorySessionStore {
@@ -36,7 +47,7 @@ impl MemorySessionStore {
         MemorySessionStore::default()
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, SessionSnapshot>> {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Stored>> {
         // A panic while holding the lock cannot leave the map half-updated (every change is
         // one insert or remove), so a poisoned lock is safe to keep using.
         self.sessions
@@ -48,15 +59,24 @@ impl MemorySessionStore {
 impl SessionStore for MemorySessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let mut sessions = self.sessions();
-        let stored = sessions.get(snapshot.id()).map(SessionSnapshot::revision);
-        check_revision(snapshot.id(), snapshot.revision(), stored)?;
+        let stored = sessions.get(snapshot.id());
+        check_revision(
+            snapshot.id(),
+            snapshot.revision(),
+            stored.map(|s| s.snapshot.revision()),
+        )?;
+        let archived = stored.is_some_and(|s| s.archived);
         let revision = snapshot.revision().next();
         // Refuse what the file store would refuse (a snapshot too deep to read back), so
         // tests against this store do not pass where the file store fails.
-        snapshot.to_json_with_revision(revision)?;
+        let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
         sessions.insert(
             snapshot.id().clone(),
-            snapshot.clone().with_revision(revision),
+            Stored {
+                snapshot: snapshot.clone().with_revision(revision),
+                bytes,
+                archived,
+            },
         );
         Ok(revision)
     }
@@ -65,7 +85,7 @@ impl SessionStore for MemorySessionStore {
         let mut snapshot = self
             .sessions()
             .get(id)
-            .cloned()
+            .map(|s| s.snapshot.clone())
             .ok_or_else(|| Error::NotFound { id: id.clone() })?;
         let revision = snapshot.revision();
         snapshot.mark_stored(revision);
@@ -73,7 +93,20 @@ impl SessionStore for MemorySessionStore {
     }
 
     fn list(&self) -> Result<SessionList> {
-        let summaries = self.sessions().values().map(SessionSummary::of).collect();
+        self.list_scoped(ListScope::Active)
+    }
+
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        let summaries = self
+            .sessions()
+            .values()
+            .filter(|s| scope.includes(s.archived))
+            .map(|s| {
+                let mut summary = SessionSummary::of(&s.snapshot);
+                summary.archived = s.archived;
+                summary
+            })
+            .collect();
         Ok(SessionList::new(summaries, Vec::new()))
     }
 
@@ -82,5 +115,32 @@ impl SessionStore for MemorySessionStore {
             .remove(id)
             .map(drop)
             .ok_or_else(|| Error::NotFound { id: id.clone() })
+    }
+
+    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        self.sessions()
+            .get(id)
+            .map(|s| Some(s.bytes))
+            .ok_or_else(|| Error::NotFound { id: id.clone() })
+    }
+
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        let mut sessions = self.sessions();
+        let stored = sessions
+            .get_mut(id)
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        stored.archived = archived;
+        Ok(())
+    }
+
+    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
+        let mut sessions = self.sessions();
+        check_unchanged(
+            id,
+            revision,
+            sessions.get(id).map(|s| s.snapshot.revision()),
+        )?;
+        sessions.remove(id);
+        Ok(())
     }
 }

@@ -9,6 +9,7 @@ mod file;
 mod fs;
 mod journal;
 mod memory;
+mod prune;
 mod summary;
 
 use std::fmt;
@@ -16,13 +17,16 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::bundle::{self, Bundle, ImportIds, Imported};
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::lineage::{ForkAt, Lineage};
 use crate::snapshot::SessionSnapshot;
 use crate::usage::Cost;
 
 pub use file::{Durability, FileSessionStore, FileStoreBuilder, DEFAULT_MAX_SNAPSHOT_BYTES};
 pub use memory::MemorySessionStore;
+pub use prune::{PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned};
 
 /// The version of a stored session, for compare-and-swap saves.
 ///
@@ -106,6 +110,13 @@ pub struct SessionSummary {
     pub model: String,
     /// What it has cost so far.
     pub cost: Cost,
+    /// Where it was forked from, if it is a fork.
+    pub lineage: Option<Lineage>,
+    /// Whether it is archived: left out of [`SessionStore::list`], shown by
+    /// [`SessionStore::list_scoped`] with [`ListScope::Archived`] or [`ListScope::All`].
+    /// ([`SessionSummary::of`] says `false`: archiving is the store's state, not the
+    /// snapshot's.)
+    pub archived: bool,
 }
 
 impl SessionSummary {
@@ -121,6 +132,44 @@ impl SessionSummary {
             message_count: snapshot.transcript().len(),
             model: snapshot.options().model.clone(),
             cost: snapshot.totals().cost,
+            lineage: snapshot.lineage().cloned(),
+            archived: false,
+        }
+    }
+}
+
+/// Which sessions a listing shows: see [`SessionStore::list_scoped`].
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{ListScope, MemorySessionStore, SessionStore};
+///
+/// let store = MemorySessionStore::new();
+/// assert!(store.list_scoped(ListScope::All)?.sessions.is_empty());
+/// assert_eq!(ListScope::default(), ListScope::Active);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ListScope {
+    /// Sessions that are not archived: what [`SessionStore::list`] shows.
+    #[default]
+    Active,
+    /// Only archived sessions.
+    Archived,
+    /// Every session.
+    All,
+}
+
+impl ListScope {
+    /// Whether a session that is `archived` or not belongs in this scope.
+    #[must_use]
+    pub fn includes(self, archived: bool) -> bool {
+        match self {
+            ListScope::Active => !archived,
+            ListScope::Archived => archived,
+            ListScope::All => true,
         }
     }
 }
@@ -369,11 +418,144 @@ pub trait SessionStore: Send + Sync {
     /// A session saved again under the same id starts over at revision 1, so a writer
     /// still holding a revision of the deleted session can collide with the new one once
     /// it reaches that revision; delete sessions only when nobody is working on them.
+    /// Forks of the session keep their own copy of its history and stay loadable.
     ///
     /// # Errors
     ///
     /// [`Error::NotFound`] if there is none; storage errors otherwise.
     fn delete(&self, id: &SessionId) -> Result<()>;
+
+    /// Lists the sessions in `scope`, newest first: [`ListScope::Active`] is
+    /// [`list`](Self::list); archived sessions ([`set_archived`](Self::set_archived)) are
+    /// shown only by the other scopes.
+    ///
+    /// The default implementation suits a store that cannot archive: every session is
+    /// active, so `Active` and `All` are [`list`](Self::list) and `Archived` is empty.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        match scope {
+            ListScope::Archived => Ok(SessionList::default()),
+            ListScope::Active | ListScope::All => self.list(),
+        }
+    }
+
+    /// Archives session `id` (`true`), taking it out of [`list`](Self::list) without
+    /// rewriting or changing it, or brings it back (`false`). An archived session still
+    /// loads, saves and forks as before, and stays archived across saves. Archiving an
+    /// archived session, or restoring an active one, does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such session; [`Error::Unsupported`] from the
+    /// default implementation, for stores that cannot archive; storage errors otherwise.
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        let _ = (id, archived);
+        Err(Error::Unsupported {
+            store: std::any::type_name::<Self>(),
+            operation: "archive sessions",
+        })
+    }
+
+    /// Deletes session `id` only if it is still stored at `revision`: a delete that
+    /// cannot race a save. [`prune`](Self::prune) deletes through it, so a session saved
+    /// after it was chosen is kept, and a session is never half-deleted by a concurrent
+    /// save.
+    ///
+    /// The default implementation compares and deletes in two steps (a save landing in
+    /// between is lost); stores with a lock or transactions do both at once, as
+    /// [`FileSessionStore`] and [`MemorySessionStore`] do.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] if another revision is stored (nothing is deleted);
+    /// [`Error::NotFound`] if there is no such session; storage errors otherwise.
+    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
+        let stored = self.load(id)?.revision();
+        check_unchanged(id, revision, Some(stored))?;
+        self.delete(id)
+    }
+
+    /// How many bytes the store uses for session `id`, if it can tell: for
+    /// [`FileSessionStore`], its snapshot file plus its journal; for
+    /// [`MemorySessionStore`], the length of its JSON form. [`prune`](Self::prune) uses it
+    /// for [`PrunePolicy::max_total_bytes`].
+    ///
+    /// The default implementation returns `Ok(None)`; `prune` then measures a session's
+    /// JSON form by loading it, and only when a size limit is set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such session (stores that can tell); storage
+    /// errors otherwise.
+    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Forks session `id` at `at` into a new session `new_id`, saved at revision 1, and
+    /// returns the fork as stored. The parent is read, never changed; the fork records it
+    /// ([`SessionSnapshot::lineage`]) and shows it in listings
+    /// ([`SessionSummary::lineage`]). See [`SessionSnapshot::fork`] for what the fork
+    /// keeps.
+    ///
+    /// The default implementation loads the parent and saves the fork: the fork holds its
+    /// own copy of the shared history (so deleting the parent never affects it), and both
+    /// stores in this crate keep it that way.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no session `id`; [`Error::AlreadyExists`] if
+    /// `new_id` is taken; [`Error::InvalidArgument`] for a fork point the parent does not
+    /// have (see [`SessionSnapshot::fork`]); storage errors otherwise.
+    fn fork(&self, id: &SessionId, at: ForkAt, new_id: SessionId) -> Result<SessionSnapshot> {
+        let fork = self.load(id)?.fork(new_id, at)?;
+        let revision = self.save(&fork).map_err(already_exists)?;
+        Ok(fork.with_revision(revision))
+    }
+
+    /// Deletes what `policy` says should go, oldest first, or with
+    /// [`PrunePolicy::dry_run`] only reports it. Each session is deleted through
+    /// [`delete_if_unchanged`](Self::delete_if_unchanged) at the revision the listing
+    /// showed, so one saved meanwhile is kept (and reported in
+    /// [`PruneReport::skipped`]). Unreadable entries are never deleted.
+    ///
+    /// # Errors
+    ///
+    /// If the store cannot be listed; a session that cannot be deleted is reported in
+    /// [`PruneReport::skipped`] instead.
+    fn prune(&self, policy: &PrunePolicy) -> Result<PruneReport> {
+        prune::prune(self, policy)
+    }
+
+    /// Exports the sessions `ids` as a [`Bundle`]: one self-contained, versioned file
+    /// that [`import`](Self::import) reads into any store, on any machine.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load), for the first session that cannot be loaded;
+    /// [`Error::InvalidArgument`] if an id is given twice.
+    fn export(&self, ids: &[SessionId]) -> Result<Bundle> {
+        let sessions = ids.iter().map(|id| self.load(id)).collect::<Result<_>>()?;
+        Bundle::new(sessions)
+    }
+
+    /// Imports every session of `bundle` as a new session (revision 1), under the ids
+    /// `ids` chooses, and returns where each went. All or nothing: if any target id is
+    /// taken nothing is written, and if a save fails midway the sessions already
+    /// imported are deleted again. A fork whose parent is imported with it points at the
+    /// parent's new id. The bundle's snapshots were validated like a load when it was
+    /// decoded ([`Bundle::from_json`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyExists`] if a target id is stored; [`Error::InvalidArgument`] if
+    /// `ids` maps two sessions to one id; storage errors otherwise.
+    fn import(&self, bundle: &Bundle, ids: &ImportIds) -> Result<Vec<Imported>> {
+        bundle::import(self, bundle, ids)
+    }
 }
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
@@ -395,6 +577,68 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn delete(&self, id: &SessionId) -> Result<()> {
         (**self).delete(id)
+    }
+
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        (**self).list_scoped(scope)
+    }
+
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        (**self).set_archived(id, archived)
+    }
+
+    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
+        (**self).delete_if_unchanged(id, revision)
+    }
+
+    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        (**self).stored_bytes(id)
+    }
+
+    fn fork(&self, id: &SessionId, at: ForkAt, new_id: SessionId) -> Result<SessionSnapshot> {
+        (**self).fork(id, at, new_id)
+    }
+
+    fn prune(&self, policy: &PrunePolicy) -> Result<PruneReport> {
+        (**self).prune(policy)
+    }
+
+    fn export(&self, ids: &[SessionId]) -> Result<Bundle> {
+        (**self).export(ids)
+    }
+
+    fn import(&self, bundle: &Bundle, ids: &ImportIds) -> Result<Vec<Imported>> {
+        (**self).import(bundle, ids)
+    }
+}
+
+/// Decides a compare-and-swap delete: `stored` is the revision the store holds now.
+pub(crate) fn check_unchanged(
+    id: &SessionId,
+    expected: Revision,
+    stored: Option<Revision>,
+) -> Result<()> {
+    match stored {
+        None => Err(Error::NotFound { id: id.clone() }),
+        Some(found) if found != expected => Err(Error::Conflict {
+            id: id.clone(),
+            expected,
+            found: Some(found),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// A save of a new session that found its id taken reports it as such, not as a lost
+/// update.
+pub(crate) fn already_exists(error: Error) -> Error {
+    match error {
+        Error::Conflict {
+            id,
+            expected,
+            found: Some(_),
+        } if expected == Revision::NEW => Error::AlreadyExists { id },
+        other => other,
     }
 }
 

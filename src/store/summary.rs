@@ -18,11 +18,14 @@ use super::journal;
 use super::{Revision, SessionSummary};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
+use crate::lineage::Lineage;
 use crate::snapshot::SessionSnapshot;
 use crate::usage::Cost;
 
-/// The summary format version this release writes and reads.
-const SUMMARY_VERSION: u64 = 1;
+/// The summary format version this release writes and reads. Version 2 added `lineage`;
+/// a summary of another version is ignored like a stale one (and rewritten by the next
+/// listing or save).
+const SUMMARY_VERSION: u64 = 2;
 
 /// The largest summary file read; summaries are a few hundred bytes.
 pub(crate) const MAX_SUMMARY_BYTES: u64 = 64 * 1024;
@@ -72,6 +75,8 @@ struct Encoded {
     message_count: usize,
     model: String,
     cost: Cost,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lineage: Option<Lineage>,
     base: Stamp,
     journal: Option<Stamp>,
 }
@@ -93,6 +98,7 @@ pub(crate) fn encode(
         message_count: snapshot.transcript().len(),
         model: snapshot.options().model.clone(),
         cost: snapshot.totals().cost,
+        lineage: snapshot.lineage().cloned(),
         base,
         journal,
     };
@@ -130,5 +136,7 @@ pub(crate) fn decode(
         message_count: encoded.message_count,
         model: encoded.model,
         cost: encoded.cost,
+        lineage: encoded.lineage,
+        archived: false,
     })
 }

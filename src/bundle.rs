@@ -1,0 +1,327 @@
+//! Export bundles: sessions in one self-contained, versioned file that any store imports.
+//!
+//! The format is JSON Lines: a header line, then one snapshot per line, each in its own
+//! compact JSON form (the bytes [`SessionSnapshot::to_json`] writes, which never contain a
+//! raw newline). `docs/FORMAT.md` ("Export bundles") describes it.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::json::ObjectOnly;
+use crate::lineage::Lineage;
+use crate::snapshot::SessionSnapshot;
+use crate::store::{already_exists, Revision, SessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
+
+/// The bundle format version this release writes and reads.
+pub const BUNDLE_VERSION: u32 = 1;
+
+/// The header line of a bundle.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    agent_session_bundle: u64,
+    exported_at: DateTime<Utc>,
+    sessions: usize,
+}
+
+/// Just enough of a first line to tell a bundle (of any version) from a snapshot.
+#[derive(Deserialize)]
+struct Probe {
+    agent_session_bundle: Option<u64>,
+}
+
+/// Sessions exported together: made by [`SessionStore::export`] (or [`Bundle::new`]),
+/// written with [`to_json`](Self::to_json), read back with [`from_json`](Self::from_json)
+/// and imported with [`SessionStore::import`].
+///
+/// Reading a bundle validates every session in it exactly as a load does (strict decoding,
+/// size and depth limits, consistency, older schema versions upgraded), and refuses the
+/// bundle as a whole if any session fails, if two share an id, or if the file was cut
+/// short. Archive state is not part of a bundle: imported sessions are active.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{Bundle, ImportIds, MemorySessionStore, Message, SessionId, SessionSnapshot, SessionStore};
+///
+/// let here = MemorySessionStore::new();
+/// let id = SessionId::parse("notes")?;
+/// here.save(&SessionSnapshot::builder(id.clone(), "m").transcript(vec![Message::user("hi")]).build()?)?;
+///
+/// let file: Vec<u8> = here.export(&[id.clone()])?.to_json()?;
+///
+/// let there = MemorySessionStore::new();
+/// let imported = there.import(&Bundle::from_json(&file)?, &ImportIds::Keep)?;
+/// assert_eq!(imported[0].id, id);
+/// assert_eq!(there.load(&id)?.transcript(), here.load(&id)?.transcript());
+///
+/// // Importing again under the same ids is refused as a whole; fresh ids work.
+/// assert!(there.import(&Bundle::from_json(&file)?, &ImportIds::Keep).is_err());
+/// let copy = there.import(&Bundle::from_json(&file)?, &ImportIds::Fresh)?;
+/// assert_ne!(copy[0].id, id);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bundle {
+    exported_at: DateTime<Utc>,
+    sessions: Vec<SessionSnapshot>,
+}
+
+impl Bundle {
+    /// A bundle of `sessions`, exported now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if two sessions have the same id.
+    pub fn new(sessions: Vec<SessionSnapshot>) -> Result<Self> {
+        if let Some(id) = first_duplicate(sessions.iter().map(SessionSnapshot::id)) {
+            return Err(Error::InvalidArgument {
+                reason: format!("session {id} is given twice; a bundle holds each session once"),
+            });
+        }
+        Ok(Bundle {
+            exported_at: Utc::now(),
+            sessions,
+        })
+    }
+
+    /// The sessions, in the order they were exported.
+    #[must_use]
+    pub fn sessions(&self) -> &[SessionSnapshot] {
+        &self.sessions
+    }
+
+    /// When the bundle was made.
+    #[must_use]
+    pub fn exported_at(&self) -> DateTime<Utc> {
+        self.exported_at
+    }
+
+    /// Encodes the bundle: a header line, then one compact snapshot per line.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionSnapshot::to_json`].
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        let header = Header {
+            agent_session_bundle: u64::from(BUNDLE_VERSION),
+            exported_at: self.exported_at,
+            sessions: self.sessions.len(),
+        };
+        // A header of plain strings and numbers always encodes.
+        let mut out = serde_json::to_vec(&header).unwrap_or_default();
+        out.push(b'\n');
+        for snapshot in &self.sessions {
+            out.extend_from_slice(&snapshot.to_json()?);
+            out.push(b'\n');
+        }
+        Ok(out)
+    }
+
+    /// Decodes and validates a bundle, or a single snapshot file (`<id>.json`, as a
+    /// bundle of one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBundle`], naming the entry at fault, if the header is malformed or
+    /// of a newer version, the file holds more or fewer sessions than its header says, a
+    /// session fails validation (its error is the source), a session is larger than
+    /// [`DEFAULT_MAX_SNAPSHOT_BYTES`], or two sessions share an id.
+    pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        let refuse =
+            |entry: Option<usize>, problem: String, source: Option<Error>| Error::InvalidBundle {
+                entry,
+                problem,
+                source: source.map(Box::new),
+            };
+        let (first, rest) = match memchr::memchr(b'\n', bytes) {
+            Some(end) => (&bytes[..end], &bytes[end + 1..]),
+            None => (bytes, &[][..]),
+        };
+        let is_bundle = matches!(
+            serde_json::from_slice::<Probe>(first),
+            Ok(Probe {
+                agent_session_bundle: Some(_)
+            })
+        );
+        if !is_bundle {
+            return match SessionSnapshot::from_json(bytes) {
+                Ok(snapshot) => Bundle::new(vec![snapshot]),
+                Err(e) => Err(refuse(
+                    None,
+                    "it is neither an export bundle (a first line {\"agent_session_bundle\":1,...}) nor a session snapshot".to_owned(),
+                    Some(e),
+                )),
+            };
+        }
+        let ObjectOnly(header): ObjectOnly<Header> = serde_json::from_slice(first)
+            .map_err(|e| refuse(None, format!("its header line is malformed ({e})"), None))?;
+        if header.agent_session_bundle != u64::from(BUNDLE_VERSION) {
+            return Err(refuse(
+                None,
+                format!(
+                    "it is bundle format version {}, and this release reads version {BUNDLE_VERSION}: upgrade agent-session to import it",
+                    header.agent_session_bundle
+                ),
+                None,
+            ));
+        }
+        let body = rest.strip_suffix(b"\n").unwrap_or(rest);
+        let lines: Vec<&[u8]> = if body.is_empty() {
+            Vec::new()
+        } else {
+            body.split(|&b| b == b'\n').collect()
+        };
+        if lines.len() != header.sessions {
+            return Err(refuse(
+                None,
+                format!(
+                    "its header announces {} sessions but it holds {} lines after the header (cut short, or edited)",
+                    header.sessions,
+                    lines.len()
+                ),
+                None,
+            ));
+        }
+        let mut sessions = Vec::with_capacity(lines.len());
+        for (entry, line) in lines.into_iter().enumerate() {
+            if line.len() as u64 > DEFAULT_MAX_SNAPSHOT_BYTES {
+                return Err(refuse(
+                    Some(entry),
+                    format!(
+                        "the session is {} bytes, more than the {DEFAULT_MAX_SNAPSHOT_BYTES}-byte limit of a load",
+                        line.len()
+                    ),
+                    None,
+                ));
+            }
+            let snapshot = SessionSnapshot::from_json(line).map_err(|e| {
+                refuse(
+                    Some(entry),
+                    "the session is not a valid snapshot".to_owned(),
+                    Some(e),
+                )
+            })?;
+            sessions.push(snapshot);
+        }
+        if let Some(id) = first_duplicate(sessions.iter().map(SessionSnapshot::id)) {
+            return Err(refuse(None, format!("session {id} appears twice"), None));
+        }
+        Ok(Bundle {
+            exported_at: header.exported_at,
+            sessions,
+        })
+    }
+}
+
+/// The first id that `ids` yields twice.
+fn first_duplicate<'a>(ids: impl Iterator<Item = &'a SessionId>) -> Option<&'a SessionId> {
+    let mut seen = HashSet::new();
+    ids.into_iter().find(|id| !seen.insert(*id))
+}
+
+/// Which ids [`SessionStore::import`] gives the sessions of a bundle.
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::HashMap;
+/// use agent_session::{ImportIds, SessionId};
+///
+/// let rename = ImportIds::Map(HashMap::from([(SessionId::parse("old")?, SessionId::parse("new")?)]));
+/// assert_eq!(rename.target(&SessionId::parse("old")?).as_str(), "new");
+/// assert_eq!(rename.target(&SessionId::parse("other")?).as_str(), "other");
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImportIds {
+    /// Keep every session's id (refused if one is taken).
+    Keep,
+    /// Give every session a newly generated id ([`SessionId::generate`]).
+    Fresh,
+    /// Rename the sessions the map names; keep the others' ids.
+    Map(HashMap<SessionId, SessionId>),
+}
+
+impl ImportIds {
+    /// The id a session exported as `id` is imported under ([`ImportIds::Fresh`] makes a
+    /// new one on every call).
+    #[must_use]
+    pub fn target(&self, id: &SessionId) -> SessionId {
+        match self {
+            ImportIds::Keep => id.clone(),
+            ImportIds::Fresh => SessionId::generate(),
+            ImportIds::Map(map) => map.get(id).unwrap_or(id).clone(),
+        }
+    }
+}
+
+/// Where [`SessionStore::import`] put one session of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Imported {
+    /// Its id in the bundle.
+    pub from: SessionId,
+    /// Its id in the store.
+    pub id: SessionId,
+    /// The revision it was stored at (1).
+    pub revision: Revision,
+}
+
+/// [`SessionStore::import`] for any store.
+pub(crate) fn import<S: SessionStore + ?Sized>(
+    store: &S,
+    bundle: &Bundle,
+    ids: &ImportIds,
+) -> Result<Vec<Imported>> {
+    let renames: HashMap<&SessionId, SessionId> = bundle
+        .sessions
+        .iter()
+        .map(|s| (s.id(), ids.target(s.id())))
+        .collect();
+    if let Some(id) = first_duplicate(bundle.sessions.iter().map(|s| &renames[s.id()])) {
+        return Err(Error::InvalidArgument {
+            reason: format!("two sessions of the bundle would both be imported as {id}"),
+        });
+    }
+    // Every target is checked before anything is written, so a taken id costs nothing.
+    for snapshot in &bundle.sessions {
+        let target = &renames[snapshot.id()];
+        match store.load(target) {
+            Err(e) if e.is_not_found() => {}
+            Ok(_) => return Err(Error::AlreadyExists { id: target.clone() }),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut imported: Vec<Imported> = Vec::with_capacity(bundle.sessions.len());
+    for snapshot in &bundle.sessions {
+        let target = renames[snapshot.id()].clone();
+        // A fork imported with its parent follows the parent to its new id.
+        let lineage = snapshot.lineage().map(|l| Lineage {
+            parent: renames.get(&l.parent).unwrap_or(&l.parent).clone(),
+            ..l.clone()
+        });
+        let copy = snapshot.renamed(target.clone(), lineage);
+        match store.save(&copy) {
+            Ok(revision) => imported.push(Imported {
+                from: snapshot.id().clone(),
+                id: target,
+                revision,
+            }),
+            Err(e) => {
+                // All or nothing: take back what this import wrote. A session changed
+                // since (by another writer) is left alone.
+                for done in &imported {
+                    let _ = store.delete_if_unchanged(&done.id, done.revision);
+                }
+                return Err(already_exists(e));
+            }
+        }
+    }
+    Ok(imported)
+}

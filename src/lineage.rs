@@ -1,0 +1,200 @@
+//! Forks: where a session branched from another ([`Lineage`]) and where to cut a parent's
+//! history to start one ([`ForkAt`]).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::snapshot::ToolCallRecord;
+use crate::store::Revision;
+use crate::transcript::{ContentBlock, Message, Role};
+
+/// Where a forked session came from: its parent, the parent's revision it was forked
+/// from, and how many of the parent's messages it started with.
+///
+/// Recorded once, when the fork is made ([`SessionSnapshot::fork`](crate::SessionSnapshot::fork)),
+/// saved with the fork, and shown in listings ([`SessionSummary::lineage`](crate::SessionSummary::lineage)).
+/// It is a record, not a link: the fork holds its own copy of the shared messages, so it
+/// stays loadable when the parent changes or is deleted.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{ContentBlock, ForkAt, Message, SessionId, SessionSnapshot};
+///
+/// let parent = SessionSnapshot::builder(SessionId::parse("parent")?, "m")
+///     .transcript(vec![
+///         Message::user("one"),
+///         Message::assistant(vec![ContentBlock::text("1")]),
+///         Message::user("two"),
+///     ])
+///     .build()?;
+/// let fork = parent.fork(SessionId::parse("branch")?, ForkAt::Turns(1))?;
+/// let lineage = fork.lineage().expect("a fork records its parent");
+/// assert_eq!(lineage.parent.as_str(), "parent");
+/// assert_eq!(lineage.fork_point, 2);
+/// assert_eq!(fork.transcript(), &parent.transcript()[..2]);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Lineage {
+    /// The session this one was forked from.
+    pub parent: SessionId,
+    /// The parent's revision at the fork ([`Revision::NEW`] if the parent was never saved).
+    pub parent_revision: Revision,
+    /// How many of the parent's messages the fork started with: its first `fork_point`
+    /// messages are the parent's first `fork_point` messages at `parent_revision`.
+    pub fork_point: usize,
+    /// When the fork was made.
+    pub forked_at: DateTime<Utc>,
+}
+
+impl Lineage {
+    /// A lineage record, for custom stores and importers that rebuild forks.
+    #[must_use]
+    pub fn new(
+        parent: SessionId,
+        parent_revision: Revision,
+        fork_point: usize,
+        forked_at: DateTime<Utc>,
+    ) -> Self {
+        Lineage {
+            parent,
+            parent_revision,
+            fork_point,
+            forked_at,
+        }
+    }
+}
+
+/// Where to cut the parent's history when forking: the fork starts with the messages
+/// before the cut.
+///
+/// A cut must not separate a tool call from its result (the fork would start mid-turn);
+/// [`SessionSnapshot::fork`](crate::SessionSnapshot::fork) refuses such a point and names
+/// the nearest valid ones.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::ForkAt;
+///
+/// let at: ForkAt = "turn:2".parse()?;
+/// assert_eq!(at, ForkAt::Turns(2));
+/// assert_eq!("message:5".parse::<ForkAt>()?, ForkAt::Messages(5));
+/// assert_eq!("end".parse::<ForkAt>()?, ForkAt::End);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForkAt {
+    /// Keep the first `n` messages.
+    Messages(usize),
+    /// Keep the first `n` turns: everything before the `n + 1`-th user prompt (a user
+    /// message that is not only tool results). `Turns(0)` keeps only what precedes the
+    /// first prompt, such as system messages.
+    Turns(usize),
+    /// Keep the whole transcript.
+    End,
+}
+
+impl std::fmt::Display for ForkAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForkAt::Messages(n) => write!(f, "message:{n}"),
+            ForkAt::Turns(n) => write!(f, "turn:{n}"),
+            ForkAt::End => f.write_str("end"),
+        }
+    }
+}
+
+impl std::str::FromStr for ForkAt {
+    type Err = Error;
+
+    /// Parses `message:N`, `turn:N` or `end`.
+    fn from_str(text: &str) -> Result<Self> {
+        let invalid = || {
+            Error::InvalidArgument {
+            reason: format!(
+                "{text:?} is not a fork point: use message:N (keep the first N messages), turn:N (keep the first N turns) or end"
+            ),
+        }
+        };
+        if text == "end" {
+            return Ok(ForkAt::End);
+        }
+        let (kind, n) = text.split_once(':').ok_or_else(invalid)?;
+        let n: usize = n.parse().map_err(|_| invalid())?;
+        match kind {
+            "message" | "messages" => Ok(ForkAt::Messages(n)),
+            "turn" | "turns" => Ok(ForkAt::Turns(n)),
+            _ => Err(invalid()),
+        }
+    }
+}
+
+/// Whether `message` starts a turn: a user message with something besides tool results.
+fn is_prompt(message: &Message) -> bool {
+    message.role == Role::User
+        && message
+            .content
+            .iter()
+            .any(|block| !matches!(block, ContentBlock::ToolResult(_)))
+}
+
+/// The number of leading messages of `transcript` that `at` keeps, checked not to split
+/// a tool call (from `records`) from its result.
+pub(crate) fn cut(
+    id: &SessionId,
+    transcript: &[Message],
+    records: &[ToolCallRecord],
+    at: ForkAt,
+) -> Result<usize> {
+    let cut = match at {
+        ForkAt::End => transcript.len(),
+        ForkAt::Messages(n) if n <= transcript.len() => n,
+        ForkAt::Messages(n) => {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "cannot fork session {id} at message {n}: it has only {} messages",
+                    transcript.len()
+                ),
+            })
+        }
+        ForkAt::Turns(n) => {
+            let mut prompts = transcript
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| is_prompt(m))
+                .map(|(i, _)| i);
+            let turns = transcript.iter().filter(|m| is_prompt(m)).count();
+            if n > turns {
+                return Err(Error::InvalidArgument {
+                    reason: format!(
+                        "cannot fork session {id} after turn {n}: it has only {turns} turns"
+                    ),
+                });
+            }
+            prompts.nth(n).unwrap_or(transcript.len())
+        }
+    };
+    if let Some(split) = records
+        .iter()
+        .find(|r| r.call_at.message < cut && r.result_at.message >= cut)
+    {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "cannot fork session {id} at message {cut}: tool call {:?} is made in message {} and answered in message {}; fork at message {} or {} instead",
+                split.call_id,
+                split.call_at.message,
+                split.result_at.message,
+                split.call_at.message,
+                split.result_at.message + 1
+            ),
+        });
+    }
+    Ok(cut)
+}

@@ -1,0 +1,269 @@
+//! Retention: [`PrunePolicy`] says which sessions go, [`SessionStore::prune`] deletes them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{ListScope, SessionStore, SessionSummary};
+use crate::error::{Error, Result};
+
+/// Which sessions [`SessionStore::prune`] deletes: those older than a maximum age, those
+/// beyond a maximum count, and the oldest until the rest fit in a maximum total size.
+/// Limits left unset do not apply; a policy with none deletes nothing.
+///
+/// Age is measured from a session's last update. Count and size keep the most recently
+/// updated sessions: walking from the newest, a session goes once the ones kept before it
+/// already reach the count or, with it, would pass the size.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_session::{MemorySessionStore, PrunePolicy, SessionId, SessionSnapshot, SessionStore};
+///
+/// let store = MemorySessionStore::new();
+/// for id in ["a", "b", "c"] {
+///     store.save(&SessionSnapshot::builder(SessionId::parse(id)?, "m").build()?)?;
+/// }
+/// let policy = PrunePolicy::new()
+///     .max_age(Duration::from_secs(30 * 24 * 3600))
+///     .max_count(2);
+/// let preview = store.prune(&policy.clone().dry_run(true))?;
+/// assert_eq!(preview.pruned.len(), 1);
+/// assert_eq!(store.list()?.sessions.len(), 3); // a dry run deletes nothing
+///
+/// let report = store.prune(&policy)?;
+/// assert_eq!(report.pruned.len(), 1);
+/// assert_eq!(store.list()?.sessions.len(), 2);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PrunePolicy {
+    /// Delete sessions not updated for longer than this.
+    pub max_age: Option<Duration>,
+    /// Keep at most this many sessions (the most recently updated).
+    pub max_count: Option<usize>,
+    /// Keep at most this many bytes of sessions (the most recently updated).
+    pub max_total_bytes: Option<u64>,
+    /// Which sessions the policy applies to (default: all of them, archived or not).
+    pub scope: PruneScope,
+    /// Only report what would be deleted.
+    pub dry_run: bool,
+    /// The time ages are measured at (default: when `prune` runs).
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// Which sessions a [`PrunePolicy`] applies to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PruneScope {
+    /// Every session, archived or not.
+    #[default]
+    All,
+    /// Only archived sessions; active ones are neither counted nor deleted.
+    Archived,
+}
+
+impl PrunePolicy {
+    /// A policy that deletes nothing until limits are set.
+    #[must_use]
+    pub fn new() -> Self {
+        PrunePolicy::default()
+    }
+
+    /// Deletes sessions not updated for longer than `age`.
+    #[must_use]
+    pub fn max_age(mut self, age: Duration) -> Self {
+        self.max_age = Some(age);
+        self
+    }
+
+    /// Keeps at most `count` sessions.
+    #[must_use]
+    pub fn max_count(mut self, count: usize) -> Self {
+        self.max_count = Some(count);
+        self
+    }
+
+    /// Keeps at most `bytes` bytes of stored sessions.
+    #[must_use]
+    pub fn max_total_bytes(mut self, bytes: u64) -> Self {
+        self.max_total_bytes = Some(bytes);
+        self
+    }
+
+    /// Applies the policy to archived sessions only.
+    #[must_use]
+    pub fn archived_only(mut self) -> Self {
+        self.scope = PruneScope::Archived;
+        self
+    }
+
+    /// Only reports what would be deleted (`true`), or deletes it (`false`, the default).
+    #[must_use]
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Measures ages at `now` rather than when `prune` runs.
+    #[must_use]
+    pub fn now(mut self, now: DateTime<Utc>) -> Self {
+        self.now = Some(now);
+        self
+    }
+
+    /// Chooses, from `sessions` (newest first, each with its size), the ones to delete
+    /// and why, oldest first.
+    fn choose(&self, sessions: Vec<(SessionSummary, u64)>) -> Vec<Pruned> {
+        let now = self.now.unwrap_or_else(Utc::now);
+        let oldest_kept = self
+            .max_age
+            .and_then(|age| chrono::Duration::from_std(age).ok())
+            .and_then(|age| now.checked_sub_signed(age));
+        let (mut kept, mut kept_bytes) = (0usize, 0u64);
+        let mut pruned = Vec::new();
+        for (summary, bytes) in sessions {
+            let reason = if oldest_kept.is_some_and(|limit| summary.updated_at < limit) {
+                Some(PruneReason::Age)
+            } else if self.max_count.is_some_and(|max| kept >= max) {
+                Some(PruneReason::Count)
+            } else if self
+                .max_total_bytes
+                .is_some_and(|max| kept_bytes.saturating_add(bytes) > max)
+            {
+                Some(PruneReason::Size)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                pruned.push(Pruned {
+                    summary,
+                    bytes,
+                    reason,
+                });
+            } else {
+                kept += 1;
+                kept_bytes = kept_bytes.saturating_add(bytes);
+            }
+        }
+        pruned.reverse();
+        pruned
+    }
+}
+
+/// Why a session was pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PruneReason {
+    /// It was not updated within [`PrunePolicy::max_age`].
+    Age,
+    /// Newer sessions already filled [`PrunePolicy::max_count`].
+    Count,
+    /// Keeping it would pass [`PrunePolicy::max_total_bytes`].
+    Size,
+}
+
+impl std::fmt::Display for PruneReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PruneReason::Age => "older than the maximum age",
+            PruneReason::Count => "beyond the maximum count",
+            PruneReason::Size => "beyond the maximum total size",
+        })
+    }
+}
+
+/// A session [`SessionStore::prune`] deleted (or, in a dry run, would delete).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// The session as the listing showed it.
+    pub summary: SessionSummary,
+    /// The bytes it used (0 if the store could not tell).
+    pub bytes: u64,
+    /// Which limit it broke.
+    pub reason: PruneReason,
+}
+
+/// What [`SessionStore::prune`] did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct PruneReport {
+    /// Whether this was a dry run (nothing was deleted).
+    pub dry_run: bool,
+    /// The sessions deleted (or that would be, in a dry run), oldest first.
+    pub pruned: Vec<Pruned>,
+    /// Sessions the policy chose that were not deleted: saved again since they were
+    /// listed ([`Error::Conflict`]), or failing to delete.
+    pub skipped: Vec<Error>,
+    /// How many sessions the policy looked at and kept.
+    pub kept: usize,
+    /// Entries the listing could not read; never deleted.
+    pub unreadable: Vec<Error>,
+}
+
+impl PruneReport {
+    /// The bytes the pruned sessions used (freed, unless this was a dry run).
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.pruned.iter().map(|p| p.bytes).sum()
+    }
+}
+
+/// [`SessionStore::prune`] for any store.
+pub(super) fn prune<S: SessionStore + ?Sized>(
+    store: &S,
+    policy: &PrunePolicy,
+) -> Result<PruneReport> {
+    let listing = store.list_scoped(match policy.scope {
+        PruneScope::All => ListScope::All,
+        PruneScope::Archived => ListScope::Archived,
+    })?;
+    let mut unreadable = listing.unreadable;
+    let total = listing.sessions.len();
+    let mut sized = Vec::with_capacity(total);
+    for summary in listing.sessions {
+        let measured = match store.stored_bytes(&summary.id) {
+            // Only a store that does not know its sizes pays for measuring them, and only
+            // when a size limit needs them.
+            Ok(None) if policy.max_total_bytes.is_some() => store
+                .load(&summary.id)
+                .and_then(|s| s.to_json())
+                .map(|json| json.len() as u64),
+            Ok(bytes) => Ok(bytes.unwrap_or(0)),
+            Err(e) => Err(e),
+        };
+        match measured {
+            Ok(bytes) => sized.push((summary, bytes)),
+            // Deleted since the listing: nothing left to prune.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => unreadable.push(e),
+        }
+    }
+    let considered = sized.len();
+    let chosen = policy.choose(sized);
+    let mut report = PruneReport {
+        dry_run: policy.dry_run,
+        kept: considered - chosen.len(),
+        unreadable,
+        ..PruneReport::default()
+    };
+    for victim in chosen {
+        if policy.dry_run {
+            report.pruned.push(victim);
+            continue;
+        }
+        match store.delete_if_unchanged(&victim.summary.id, victim.summary.revision) {
+            Ok(()) => report.pruned.push(victim),
+            Err(e) => {
+                if e.is_conflict() {
+                    report.kept += 1;
+                }
+                report.skipped.push(e);
+            }
+        }
+    }
+    Ok(report)
+}
