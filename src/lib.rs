@@ -18,6 +18,8 @@
 //! | read or build the persisted state | [`SessionSnapshot`] |
 //! | convert OpenAI or Anthropic messages losslessly | [`Message::from_openai_chat`], [`Message::from_anthropic`] |
 //! | keep API keys and tokens out of stored snapshots | [`PatternRedactor`] with [`HarnessBuilder::redactor`] |
+//! | branch a session, archive it, prune old ones | [`SessionStore::fork`], [`SessionStore::set_archived`], [`SessionStore::prune`] with a [`PrunePolicy`] |
+//! | move sessions to another machine or store | [`SessionStore::export`] to a [`Bundle`], [`SessionStore::import`] |
 //!
 //! # Quick start
 //!

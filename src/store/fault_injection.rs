@@ -1351,8 +1351,9 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     ] {
         assert_eq!(clean_save_calls(control, Existing::Remembered), replacing);
     }
-    // A delete of a session with no journal: the base, its removal made durable, then the
-    // summary (and an archive marker, if any) and the directory synced again. (The base's
+    // A delete of a session with no journal: its archive marker, if any (removed durably
+    // first), the base, its removal made durable, then the summary and the directory
+    // synced again. (The base's
     // unlink is synced before any other file goes, so a crash never keeps a base whose
     // journal is gone.)
     assert_eq!(
@@ -1360,12 +1361,12 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         [
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "archived"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
             (SymlinkMetadata, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
-            (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
     );
@@ -1688,10 +1689,7 @@ fn delete_with_fault(
                 ensure!(
                     matches!(
                         (calls[i].op, kind(&calls[i])),
-                        (
-                            Op::SymlinkMetadata | Op::RemoveFile,
-                            "journal" | "summary" | "archived"
-                        ) | (Op::SyncDir, "dir")
+                        (Op::SymlinkMetadata | Op::RemoveFile, "journal" | "summary") | (Op::SyncDir, "dir")
                     ),
                     "failure after the unlink of the base: {:?} on {:?}",
                     calls[i].op,
@@ -2465,13 +2463,13 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         [
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "archived"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
             (SymlinkMetadata, "journal"),
             (RemoveFile, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
-            (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
     );

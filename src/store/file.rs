@@ -1553,6 +1553,21 @@ impl FileSessionStore {
                 .sync_dir(&self.root)
                 .map_err(|e| Error::io("sync the directory after a delete in", &self.root, e))
         };
+        // An archive marker goes (durably) before the snapshot, so none outlives it to
+        // archive a new session saved later under the same id: a crash in between leaves
+        // the session whole and merely active again.
+        let marker = self.archived_path(id);
+        match self.fs.symlink_metadata(&marker) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                self.fs
+                    .remove_file(&marker)
+                    .map_err(|e| Error::io("remove", &marker, e))?;
+                sync_dir()?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("inspect", &marker, e)),
+        }
         if found {
             self.fs
                 .remove_file(&path)
@@ -1565,11 +1580,7 @@ impl FileSessionStore {
         // Without its snapshot a journal or summary is never read; they are removed all the
         // same (also those a delete cut short left behind).
         let mut removed_extra = false;
-        for extra in [
-            self.journal_path(id),
-            self.summary_path(id),
-            self.archived_path(id),
-        ] {
+        for extra in [self.journal_path(id), self.summary_path(id)] {
             match self.fs.symlink_metadata(&extra) {
                 Ok(meta) if meta.is_dir() => {}
                 Ok(_) => {
