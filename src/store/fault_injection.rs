@@ -1044,7 +1044,10 @@ fn check_listing(
     id: &SessionId,
     revision: Option<u64>,
 ) -> Result<(), String> {
-    let listing = store.list().map_err(|e| format!("list: {e}"))?;
+    // Every scope: an archived session must be listed too.
+    let listing = store
+        .list_scoped(super::ListScope::All)
+        .map_err(|e| format!("list: {e}"))?;
     ensure!(
         listing.unreadable.is_empty(),
         "unreadable: {:?}",
@@ -1594,13 +1597,46 @@ fn clean_delete_calls() -> Vec<(Op, &'static str)> {
     clean_delete_calls_of(false)
 }
 
-/// Stores revision 1 of session `id` through `store` and, `with_journal`, revision 2
-/// appended to its journal; returns the stored snapshot as loaded.
+/// A session set up to be deleted: with a journal (revision 2 appended), archived (its
+/// marker file present), or both.
+#[derive(Debug, Clone, Copy)]
+struct DeleteCase {
+    journal: bool,
+    archived: bool,
+}
+
+impl From<bool> for DeleteCase {
+    fn from(journal: bool) -> Self {
+        DeleteCase {
+            journal,
+            archived: false,
+        }
+    }
+}
+
+/// Stores revision 1 of session `id` through `store` and, with a journal, revision 2
+/// appended to its journal, and archives it if asked; returns the stored snapshot as
+/// loaded.
 fn stored_for_delete(
     store: &FileSessionStore,
     id: &SessionId,
-    with_journal: bool,
+    case: impl Into<DeleteCase>,
 ) -> Result<SessionSnapshot, String> {
+    let DeleteCase {
+        journal: with_journal,
+        archived,
+    } = case.into();
+    if archived {
+        let stored = stored_for_delete(store, id, with_journal)?;
+        store
+            .set_archived(id, true)
+            .map_err(|e| format!("setup archive: {e}"))?;
+        ensure!(
+            session_files(store.dir(), id).contains(&format!("{id}.archived")),
+            "setup: no marker"
+        );
+        return Ok(stored);
+    }
     store
         .save(&snapshot_on(id, 0, "old", 300))
         .map_err(|e| format!("setup save: {e}"))?;
@@ -1619,12 +1655,12 @@ fn stored_for_delete(
     Ok(stored)
 }
 
-fn clean_delete_calls_of(with_journal: bool) -> Vec<(Op, &'static str)> {
+fn clean_delete_calls_of(case: impl Into<DeleteCase>) -> Vec<(Op, &'static str)> {
     let (_scratch, base) = scratch_dir();
     let fs = Arc::new(FaultyFileSystem::default());
     let store = open_faulty(&base.join("store"), &fs).expect("open");
     let id = SessionId::parse(ID).expect("valid id");
-    stored_for_delete(&store, &id, with_journal).expect("setup");
+    stored_for_delete(&store, &id, case).expect("setup");
     fs.disarm();
     store.delete(&id).expect("delete");
     steps(&fs.disarm())
@@ -1634,7 +1670,7 @@ fn clean_delete_calls_of(with_journal: bool) -> Vec<(Op, &'static str)> {
 /// checks every promise; returns whether the delete failed.
 #[allow(clippy::too_many_lines)] // one scenario, checked step by step
 fn delete_with_fault(
-    with_journal: bool,
+    case: DeleteCase,
     fault: Fault,
     persistence: Persistence,
     k: usize,
@@ -1645,7 +1681,7 @@ fn delete_with_fault(
     let root = store.dir().to_path_buf();
     let id = SessionId::parse(ID).expect("valid id");
     let target = store.path_of(&id);
-    let stored = stored_for_delete(&store, &id, with_journal)?;
+    let stored = stored_for_delete(&store, &id, case)?;
     let old = std::fs::read(&target).map_err(|e| e.to_string())?;
     fs.arm(k, fault, persistence);
     let result = store.delete(&id);
@@ -1689,7 +1725,8 @@ fn delete_with_fault(
                 ensure!(
                     matches!(
                         (calls[i].op, kind(&calls[i])),
-                        (Op::SymlinkMetadata | Op::RemoveFile, "journal" | "summary") | (Op::SyncDir, "dir")
+                        (Op::SymlinkMetadata | Op::RemoveFile, "journal" | "summary")
+                            | (Op::SyncDir, "dir")
                     ),
                     "failure after the unlink of the base: {:?} on {:?}",
                     calls[i].op,
@@ -1766,15 +1803,18 @@ fn delete_with_fault(
 
 /// Runs `delete_with_fault` at every call; returns the number of runs, of failed deletes,
 /// the clean calls, and the failures.
-fn sweep_deletes(with_journal: bool) -> (usize, usize, Vec<(Op, &'static str)>, Vec<String>) {
-    let calls = clean_delete_calls_of(with_journal);
+fn sweep_deletes(
+    case: impl Into<DeleteCase>,
+) -> (usize, usize, Vec<(Op, &'static str)>, Vec<String>) {
+    let case = case.into();
+    let calls = clean_delete_calls_of(case);
     let (mut runs, mut failed) = (0, 0);
     let mut failures = Vec::new();
     for k in 1..=calls.len() + 1 {
         for fault in [Fault::Eio, Fault::Enospc] {
             for persistence in [Persistence::Once, Persistence::Persistent] {
                 runs += 1;
-                match delete_with_fault(with_journal, fault, persistence, k) {
+                match delete_with_fault(case, fault, persistence, k) {
                     Ok(err) => failed += usize::from(err),
                     Err(why) => failures.push(format!(
                         "{fault:?} {persistence:?} at call {k} ({:?}): {why}",
@@ -1805,6 +1845,172 @@ fn every_failing_call_of_a_delete_with_a_journal_and_a_summary_keeps_or_removes_
         failures.join("\n")
     );
     eprintln!("fault injection, delete with a journal and a summary: {runs} faulted deletes over calls {calls:?}, {failed} failed with a typed Io error");
+}
+
+#[test]
+fn every_failing_call_of_a_delete_of_an_archived_session_keeps_or_removes_the_whole_session() {
+    use Op::{RemoveFile, SymlinkMetadata, SyncDir};
+    let case = DeleteCase {
+        journal: true,
+        archived: true,
+    };
+    // The archive marker goes first, durably (so none can outlive the session and archive
+    // a new one under the same id), then the base, durably, then the journal and summary.
+    assert_eq!(
+        clean_delete_calls_of(case),
+        [
+            (SymlinkMetadata, "dir"),
+            (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "archived"),
+            (RemoveFile, "archived"),
+            (SyncDir, "dir"),
+            (RemoveFile, "base"),
+            (SyncDir, "dir"),
+            (SymlinkMetadata, "journal"),
+            (RemoveFile, "journal"),
+            (SymlinkMetadata, "summary"),
+            (RemoveFile, "summary"),
+            (SyncDir, "dir"),
+        ]
+    );
+    let (runs, failed, _, failures) = sweep_deletes(case);
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} faulted deletes broke a promise:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!("fault injection, delete of an archived session: {runs} faulted deletes, {failed} failed with a typed Io error");
+}
+
+/// The calls of archiving (`archive`) or restoring a stored session with a journal.
+fn clean_archive_calls(archive: bool) -> Vec<(Op, &'static str)> {
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let store = open_faulty(&base.join("store"), &fs).expect("open");
+    let id = SessionId::parse(ID).expect("valid id");
+    let case = DeleteCase {
+        journal: true,
+        archived: !archive,
+    };
+    stored_for_delete(&store, &id, case).expect("setup");
+    fs.disarm();
+    store.set_archived(&id, archive).expect("set_archived");
+    steps(&fs.disarm())
+}
+
+/// Archives (`archive`) or restores a stored session with call `k` failing, then checks:
+/// the snapshot and journal are never touched, the session loads and lists whatever the
+/// outcome, an `Ok` means the marker is in the asked state, and a retry once the fault is
+/// gone succeeds. Returns whether the call failed.
+fn archive_with_fault(
+    archive: bool,
+    fault: Fault,
+    persistence: Persistence,
+    k: usize,
+) -> Result<bool, String> {
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let store = open_faulty(&base.join("store"), &fs)?;
+    let root = store.dir().to_path_buf();
+    let id = SessionId::parse(ID).expect("valid id");
+    let case = DeleteCase {
+        journal: true,
+        archived: !archive,
+    };
+    let stored = stored_for_delete(&store, &id, case)?;
+    let files = |name: &str| std::fs::read(root.join(format!("{id}.{name}"))).ok();
+    let (old_base, old_journal) = (files("json"), files("journal"));
+    let marked = || session_files(&root, &id).contains(&format!("{id}.archived"));
+    fs.arm(k, fault, persistence);
+    let result = store.set_archived(&id, archive);
+    let calls = fs.disarm();
+    let injected = calls.iter().position(|c| c.injected);
+    match &result {
+        Ok(()) => {
+            ensure!(injected.is_none(), "succeeded although a call failed");
+            ensure!(
+                marked() == archive,
+                "Ok, but the marker is not in the asked state"
+            );
+        }
+        Err(err) => {
+            ensure!(injected.is_some(), "failed with no fault: {err}");
+            check_io_error(err, &root, fault.errno())?;
+        }
+    }
+    ensure!(
+        files("json") == old_base && files("journal") == old_journal,
+        "archiving touched the snapshot or its journal"
+    );
+    let reopened = FileSessionStore::open(&root).map_err(|e| format!("reopen: {e}"))?;
+    let loaded = reopened.load(&id).map_err(|e| format!("load: {e}"))?;
+    ensure!(loaded == stored, "the session changed");
+    check_listing(&reopened, &id, Some(stored.revision().as_u64()))?;
+    reopened
+        .set_archived(&id, archive)
+        .map_err(|e| format!("retried once the fault is gone: {e}"))?;
+    ensure!(
+        marked() == archive,
+        "the retry left the marker in the wrong state"
+    );
+    let listed = reopened
+        .list()
+        .map_err(|e| format!("list: {e}"))?
+        .sessions
+        .iter()
+        .any(|s| s.id == id);
+    ensure!(
+        listed != archive,
+        "the default listing disagrees with the marker"
+    );
+    Ok(result.is_err())
+}
+
+#[test]
+fn every_failing_call_of_archiving_leaves_the_session_whole_and_a_retry_finishes_it() {
+    use Op::{CreatePrivate, RemoveFile, SymlinkMetadata, SyncDir};
+    // Archiving only creates or removes the marker (then syncs the directory): the
+    // snapshot and journal are never opened for writing.
+    assert_eq!(
+        clean_archive_calls(true),
+        [
+            (SymlinkMetadata, "dir"),
+            (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "archived"),
+            (CreatePrivate, "archived"),
+            (SyncDir, "dir"),
+        ]
+    );
+    assert_eq!(
+        clean_archive_calls(false),
+        [
+            (SymlinkMetadata, "dir"),
+            (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "archived"),
+            (RemoveFile, "archived"),
+            (SyncDir, "dir"),
+        ]
+    );
+    let (mut runs, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for archive in [true, false] {
+        for k in 1..=clean_archive_calls(archive).len() + 1 {
+            for fault in [Fault::Eio, Fault::Enospc] {
+                for persistence in [Persistence::Once, Persistence::Persistent] {
+                    runs += 1;
+                    match archive_with_fault(archive, fault, persistence, k) {
+                        Ok(err) => failed += usize::from(err),
+                        Err(why) => failures.push(format!(
+                            "archive {archive}, {fault:?} {persistence:?} at call {k}: {why}"
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    eprintln!("fault injection, archive and restore: {runs} faulted calls, {failed} failed with a typed Io error");
 }
 
 /// The directories an open is tried on.

@@ -511,9 +511,11 @@ pub trait SessionStore: Send + Sync {
     /// `new_id` is taken; [`Error::InvalidArgument`] for a fork point the parent does not
     /// have (see [`SessionSnapshot::fork`]); storage errors otherwise.
     fn fork(&self, id: &SessionId, at: ForkAt, new_id: SessionId) -> Result<SessionSnapshot> {
-        let fork = self.load(id)?.fork(new_id, at)?;
+        let mut fork = self.load(id)?.fork(new_id, at)?;
         let revision = self.save(&fork).map_err(already_exists)?;
-        Ok(fork.with_revision(revision))
+        // Exactly what was just stored, so a session resumed from it appends its next save.
+        fork.mark_stored(revision);
+        Ok(fork)
     }
 
     /// Deletes what `policy` says should go, oldest first, or with
