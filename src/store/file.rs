@@ -131,6 +131,20 @@ pub enum Durability {
 /// exact files it describes; a listing reads the session itself when the summary is
 /// missing, damaged or out of date.
 ///
+/// # Lifecycle
+///
+/// - Archiving ([`set_archived`](SessionStore::set_archived)) creates an empty 0600 file
+///   `<dir>/<id>.archived` (and fsyncs the directory); restoring removes it. The snapshot,
+///   journal and summary are not touched, and listings skip archived sessions by name.
+///   A delete removes the marker first, durably, so no marker outlives its session.
+/// - [`delete_if_unchanged`](SessionStore::delete_if_unchanged) decides and deletes under
+///   the write lock, so [`prune`](SessionStore::prune) never deletes a session that a save
+///   (from any process) moved since it was listed.
+/// - [`stored_bytes`](SessionStore::stored_bytes) is the size of `<id>.json` plus
+///   `<id>.journal`.
+/// - A fork ([`fork`](SessionStore::fork)) is an ordinary session holding its own copy of
+///   the history it shares with its parent: nothing links the two files.
+///
 /// # Security
 ///
 /// - The directory is created with mode 0700 and files with mode 0600, set atomically at
@@ -1380,7 +1394,8 @@ impl SessionStore for FileSessionStore {
             .ok_or_else(|| Error::NotFound { id: id.clone() })
     }
 
-    /// Lists every `<id>.json` in the directory, from each session's summary file when it
+    /// Lists every `<id>.json` in the directory that is not archived, from each session's
+    /// summary file when it
     /// matches the session's files (so the cost does not depend on transcript sizes), and
     /// by reading the session otherwise. Files whose names are not valid ids
     /// ([`Error::ForeignFile`]) and sessions that fail verification are reported in
