@@ -2,7 +2,9 @@
 //!
 //! The format is JSON Lines: a header line, then one snapshot per line, each in its own
 //! compact JSON form (the bytes [`SessionSnapshot::to_json`] writes, which never contain a
-//! raw newline). `docs/FORMAT.md` ("Export bundles") describes it.
+//! raw newline). The header counts the lines and holds a CRC-32 of each, so a file cut
+//! short or damaged in transit is refused even where the damage would still decode (a
+//! digit changed in a message). `docs/FORMAT.md` ("Export bundles") describes it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -26,6 +28,14 @@ struct Header {
     agent_session_bundle: u64,
     exported_at: DateTime<Utc>,
     sessions: usize,
+    /// The CRC-32 (IEEE) of each session's line, without its newline, as 8 lowercase hex
+    /// digits.
+    crc32: Vec<String>,
+}
+
+/// The checksum a header records for a session's line.
+fn line_crc(line: &[u8]) -> String {
+    format!("{:08x}", crc32fast::hash(line))
 }
 
 /// Just enough of a first line to tell a bundle (of any version) from a snapshot.
@@ -107,16 +117,22 @@ impl Bundle {
     ///
     /// As [`SessionSnapshot::to_json`].
     pub fn to_json(&self) -> Result<Vec<u8>> {
+        let lines = self
+            .sessions
+            .iter()
+            .map(SessionSnapshot::to_json)
+            .collect::<Result<Vec<_>>>()?;
         let header = Header {
             agent_session_bundle: u64::from(BUNDLE_VERSION),
             exported_at: self.exported_at,
-            sessions: self.sessions.len(),
+            sessions: lines.len(),
+            crc32: lines.iter().map(|line| line_crc(line)).collect(),
         };
         // A header of plain strings and numbers always encodes.
         let mut out = serde_json::to_vec(&header).unwrap_or_default();
         out.push(b'\n');
-        for snapshot in &self.sessions {
-            out.extend_from_slice(&snapshot.to_json()?);
+        for line in lines {
+            out.extend_from_slice(&line);
             out.push(b'\n');
         }
         Ok(out)
@@ -176,19 +192,30 @@ impl Bundle {
         } else {
             body.split(|&b| b == b'\n').collect()
         };
-        if lines.len() != header.sessions {
+        if lines.len() != header.sessions || header.crc32.len() != header.sessions {
             return Err(refuse(
                 None,
                 format!(
-                    "its header announces {} sessions but it holds {} lines after the header (cut short, or edited)",
+                    "its header announces {} sessions (with {} checksums) but it holds {} lines after the header (cut short, or edited)",
                     header.sessions,
+                    header.crc32.len(),
                     lines.len()
                 ),
                 None,
             ));
         }
         let mut sessions = Vec::with_capacity(lines.len());
-        for (entry, line) in lines.into_iter().enumerate() {
+        for (entry, (line, crc)) in lines.into_iter().zip(&header.crc32).enumerate() {
+            if line_crc(line) != *crc {
+                return Err(refuse(
+                    Some(entry),
+                    format!(
+                        "its checksum is {}, not the {crc} the header records: the file was damaged or edited after export",
+                        line_crc(line)
+                    ),
+                    None,
+                ));
+            }
             if line.len() as u64 > DEFAULT_MAX_SNAPSHOT_BYTES {
                 return Err(refuse(
                     Some(entry),
@@ -324,4 +351,53 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
         }
     }
     Ok(imported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::Message;
+
+    fn bundle_of(texts: &[&str]) -> Vec<u8> {
+        let sessions = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                SessionSnapshot::builder(SessionId::parse(&format!("s{i}")).unwrap(), "m")
+                    .transcript(vec![Message::user(*text)])
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        Bundle::new(sessions).unwrap().to_json().unwrap()
+    }
+
+    #[test]
+    fn a_change_that_still_decodes_is_caught_by_the_line_checksum() {
+        let bytes = bundle_of(&["price 100", "other"]);
+        assert_eq!(Bundle::from_json(&bytes).unwrap().sessions().len(), 2);
+        let text = String::from_utf8(bytes).unwrap();
+        let edited = text.replacen("price 100", "price 900", 1);
+        let error = Bundle::from_json(edited.as_bytes()).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(error, Error::InvalidBundle { entry: Some(0), .. }),
+            "{error:?}"
+        );
+        assert!(message.contains("session 1 (line 2)"), "{message}");
+        assert!(message.contains("checksum"), "{message}");
+    }
+
+    #[test]
+    fn a_header_whose_checksums_do_not_match_the_count_is_refused() {
+        let text = String::from_utf8(bundle_of(&["a", "b"])).unwrap();
+        let (header, rest) = text.split_once('\n').unwrap();
+        let mut header: serde_json::Value = serde_json::from_str(header).unwrap();
+        header["crc32"].as_array_mut().unwrap().pop();
+        let edited = format!("{header}\n{rest}");
+        assert!(matches!(
+            Bundle::from_json(edited.as_bytes()),
+            Err(Error::InvalidBundle { entry: None, .. })
+        ));
+    }
 }

@@ -246,11 +246,11 @@ pub enum Error {
     /// validation, so nothing in it was imported.
     #[error(
         "the bundle is refused as a whole and nothing was imported: {}{problem}",
-        entry.map_or_else(String::new, |i| format!("entry {i}: "))
+        entry.map_or_else(String::new, |i| format!("session {} (line {}): ", i + 1, i + 2))
     )]
     InvalidBundle {
         /// The 0-based index of the offending session in the bundle, if the problem is in
-        /// one session.
+        /// one session (displayed 1-based, with its line number in the file).
         entry: Option<usize>,
         /// What is wrong.
         problem: String,
