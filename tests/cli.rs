@@ -527,6 +527,10 @@ fn an_unknown_session_id_is_reported_and_changes_nothing() {
         &["chat", "--resume", "no-such-session"],
         &["sessions", "show", "no-such-session"],
         &["sessions", "delete", "no-such-session"],
+        &["sessions", "fork", "no-such-session"],
+        &["sessions", "archive", "no-such-session"],
+        &["sessions", "unarchive", "no-such-session"],
+        &["sessions", "export", "no-such-session"],
     ] {
         let out = ws.run(args);
         out.assert_failure(1, &["session no-such-session not found", "sessions list"]);
@@ -542,6 +546,10 @@ fn a_malformed_session_id_is_rejected_and_changes_nothing() {
             &["run", "--resume", bad, "hi"][..],
             &["sessions", "show", bad],
             &["sessions", "delete", bad],
+            &["sessions", "fork", bad],
+            &["sessions", "archive", bad],
+            &["sessions", "unarchive", bad],
+            &["sessions", "export", bad],
         ] {
             ws.run(args).assert_failure(1, &["invalid session id"]);
         }
@@ -1267,4 +1275,886 @@ fn the_openai_engine_without_a_key_is_a_clear_error() {
     ws.run(&["--engine", "openai", "run", "hi"])
         .assert_failure(1, &["OPENAI_API_KEY"]);
     assert!(ws.stored_files().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Session lifecycle: fork, archive, prune, export and import
+// ---------------------------------------------------------------------------------------
+
+impl Workspace {
+    /// The stored files (snapshot and journal) of session `id` only.
+    fn files_of(&self, id: &str) -> BTreeMap<String, Vec<u8>> {
+        self.stored_files()
+            .into_iter()
+            .filter(|(name, _)| name.strip_prefix(id).is_some_and(|r| r.starts_with('.')))
+            .collect()
+    }
+
+    /// The bytes session `id` takes on disk, as the prune reports them (snapshot + journal).
+    fn stored_bytes(&self, id: &str) -> u64 {
+        self.files_of(id).values().map(|b| b.len() as u64).sum()
+    }
+
+    /// Runs the agent on the store `dir` (by `--store`).
+    fn run_on(&self, dir: &Path, args: &[&str]) -> Out {
+        let mut all = vec!["--store", dir.to_str().expect("utf-8 path")];
+        all.extend_from_slice(args);
+        self.run(&all)
+    }
+
+    /// The ids shown by `sessions list` with `flags`, in order.
+    fn listed(&self, flags: &[&str]) -> Vec<String> {
+        let mut args = vec!["sessions", "list"];
+        args.extend_from_slice(flags);
+        let out = self.run(&args).assert_success();
+        listed_ids(&out.stdout)
+    }
+}
+
+/// The ids of a `sessions list` table, in order (nothing for an empty listing).
+fn listed_ids(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("ID "))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The line of `table` that lists session `id`.
+fn listed_line<'t>(table: &'t str, id: &str) -> &'t str {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(id))
+        .unwrap_or_else(|| panic!("{id} is not listed in:\n{table}"))
+}
+
+/// A workspace with one session of two turns, each with a calculator call (8 messages).
+fn workspace_with_two_turns() -> (Workspace, String) {
+    let ws = Workspace::new();
+    let id = ws.run(&["run", "calc 1+1"]).assert_success().session_id();
+    ws.run(&["run", "-c", "calc 2*3"]).assert_success();
+    assert_eq!(ws.load(&id).transcript().len(), 8);
+    (ws, id)
+}
+
+fn file_mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+#[test]
+fn fork_at_a_message_and_at_a_turn_copies_that_history_and_leaves_the_parent_unchanged() {
+    let (ws, parent) = workspace_with_two_turns();
+    let parent_files = ws.files_of(&parent);
+    let parent_snapshot = ws.load(&parent);
+
+    // --as names the fork; stdout is its id alone, for scripts.
+    let early = ws
+        .run(&[
+            "sessions",
+            "fork",
+            &parent,
+            "--at",
+            "message:1",
+            "--as",
+            "early",
+        ])
+        .assert_success();
+    assert_eq!(early.stdout, "early\n", "{early:#?}");
+    assert!(
+        early
+            .stderr
+            .contains(&format!("forked {parent} (revision 6) at message 1")),
+        "{early:#?}"
+    );
+
+    // Without --as the id is generated; turn:1 keeps the first turn whole (4 messages).
+    let by_turn = ws
+        .run(&["sessions", "fork", &parent, "--at", "turn:1"])
+        .assert_success();
+    assert_eq!(by_turn.stdout.lines().count(), 1, "{by_turn:#?}");
+    let turn_id = by_turn.stdout.trim().to_owned();
+    SessionId::parse(&turn_id).expect("a valid generated id");
+    assert!(
+        by_turn.stderr.contains("at message 4 (turn:1)"),
+        "{by_turn:#?}"
+    );
+
+    // The default point is the end: everything.
+    let whole = ws
+        .run(&["sessions", "fork", &parent])
+        .assert_success()
+        .stdout
+        .trim()
+        .to_owned();
+
+    for (id, kept) in [("early", 1), (turn_id.as_str(), 4), (whole.as_str(), 8)] {
+        let fork = ws.load(id);
+        assert_eq!(fork.transcript(), &parent_snapshot.transcript()[..kept]);
+        let lineage = fork.lineage().expect("a fork records its parent");
+        assert_eq!(lineage.parent.as_str(), parent);
+        assert_eq!(lineage.fork_point, kept);
+        assert_eq!(lineage.parent_revision, parent_snapshot.revision());
+    }
+    assert_eq!(
+        ws.files_of(&parent),
+        parent_files,
+        "forking never writes the parent"
+    );
+
+    // The listing shows each fork's parent and fork point; the parent has none.
+    let list = ws.run(&["sessions", "list"]).assert_success().stdout;
+    assert!(listed_line(&list, "early").contains(&format!("[fork of {parent}@1]")));
+    assert!(listed_line(&list, &turn_id).contains(&format!("[fork of {parent}@4]")));
+    assert!(!listed_line(&list, &parent).contains("fork of"), "{list}");
+    let show = ws.run(&["sessions", "show", &turn_id]).assert_success();
+    assert!(
+        show.stdout
+            .contains(&format!("forked from {parent} at message 4")),
+        "{show:#?}"
+    );
+
+    // The fork resumes with its own history only, and the parent stays as it was.
+    let resumed = ws
+        .run(&["run", "--resume", &turn_id, "what did I ask before?"])
+        .assert_success();
+    assert!(resumed.stdout.contains("1. calc 1+1"), "{resumed:#?}");
+    assert!(!resumed.stdout.contains("calc 2*3"), "{resumed:#?}");
+    assert_eq!(ws.files_of(&parent), parent_files);
+}
+
+#[test]
+fn fork_refuses_a_cut_between_a_tool_call_and_its_result_and_other_bad_points() {
+    let (ws, id, before) = workspace_with_a_session();
+    // calc 1+1: [0] prompt, [1] the calculator call, [2] its result, [3] the answer.
+    ws.run(&["sessions", "fork", &id, "--at", "message:2"])
+        .assert_failure(
+            1,
+            &[
+                "cannot fork session",
+                "tool call \"scripted_1\" is made in message 1 and answered in message 2",
+                "fork at message 1 or 3 instead",
+            ],
+        );
+    ws.run(&["sessions", "fork", &id, "--at", "message:9"])
+        .assert_failure(1, &["it has only 4 messages"]);
+    ws.run(&["sessions", "fork", &id, "--at", "turn:2"])
+        .assert_failure(1, &["it has only 1 turns"]);
+    ws.run(&["sessions", "fork", &id, "--at", "sideways"])
+        .assert_failure(2, &["not a fork point", "message:N"]);
+    ws.run(&["sessions", "fork", &id, "--as", &id])
+        .assert_failure(1, &["needs an id of its own"]);
+    ws.run(&["sessions", "fork", &id, "--as", "Bad/Id"])
+        .assert_failure(1, &["invalid session id"]);
+    assert_eq!(ws.stored_files(), before, "a refused fork writes nothing");
+
+    // A taken --as id is refused and the session under it is untouched.
+    let other = ws.run(&["run", "other"]).assert_success().session_id();
+    let before = ws.stored_files();
+    ws.run(&["sessions", "fork", &id, "--as", &other])
+        .assert_failure(1, &["already exists", "--as ID"]);
+    assert_eq!(ws.stored_files(), before);
+}
+
+#[test]
+fn archive_hides_a_session_from_list_and_continue_until_unarchived() {
+    let ws = Workspace::new();
+    let active = ws
+        .run(&["run", "alpha topic"])
+        .assert_success()
+        .session_id();
+    let archived = ws.run(&["run", "beta topic"]).assert_success().session_id();
+    let out = ws.run(&["sessions", "archive", &archived]).assert_success();
+    assert_eq!(out.stdout, format!("archived session {archived}\n"));
+
+    assert_eq!(ws.listed(&[]), [active.as_str()]);
+    assert_eq!(ws.listed(&["--archived"]), [archived.as_str()]);
+    assert_eq!(ws.listed(&["--all"]), [archived.as_str(), active.as_str()]);
+    let all = ws
+        .run(&["sessions", "list", "--all"])
+        .assert_success()
+        .stdout;
+    assert!(listed_line(&all, &archived).contains("[archived]"), "{all}");
+    assert!(!listed_line(&all, &active).contains("[archived]"), "{all}");
+    ws.run(&["sessions", "list", "--all", "--archived"])
+        .assert_failure(2, &["cannot be used with"]);
+
+    // --continue skips it, although it is the most recent session...
+    let cont = ws
+        .run(&["run", "--continue", "what did I ask before?"])
+        .assert_success();
+    assert_eq!(cont.session_id(), active);
+    // ...and --resume still continues it, which leaves it archived.
+    let resumed = ws
+        .run(&["run", "--resume", &archived, "what did I ask before?"])
+        .assert_success();
+    assert_eq!(resumed.session_id(), archived);
+    assert!(resumed.stdout.contains("1. beta topic"), "{resumed:#?}");
+    assert_eq!(ws.load(&archived).transcript().len(), 4);
+    assert_eq!(ws.listed(&[]), [active.as_str()]);
+    assert_eq!(ws.listed(&["--archived"]), [archived.as_str()]);
+
+    // Archiving twice is harmless; unarchiving brings it back.
+    ws.run(&["sessions", "archive", &archived]).assert_success();
+    let out = ws
+        .run(&["sessions", "unarchive", &archived])
+        .assert_success();
+    assert_eq!(out.stdout, format!("unarchived session {archived}\n"));
+    assert_eq!(ws.listed(&[]), [archived.as_str(), active.as_str()]);
+    let none = ws.run(&["sessions", "list", "--archived"]).assert_success();
+    assert!(none.stdout.contains("no archived sessions"), "{none:#?}");
+    let list = ws.run(&["sessions", "list"]).assert_success().stdout;
+    assert!(!list.contains("[archived]"), "{list}");
+}
+
+#[test]
+fn list_pages_through_archived_sessions_with_all() {
+    let ws = Workspace::new();
+    let ids: Vec<String> = ["one", "two", "three"]
+        .iter()
+        .map(|p| ws.run(&["run", p]).assert_success().session_id())
+        .collect();
+    ws.run(&["sessions", "archive", &ids[1]]).assert_success();
+
+    let first = ws
+        .run(&["sessions", "list", "--all", "--limit", "2"])
+        .assert_success();
+    assert_eq!(
+        listed_ids(&first.stdout),
+        [ids[2].as_str(), ids[1].as_str()]
+    );
+    let more = first
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("more: agent "))
+        .unwrap_or_else(|| panic!("no next-page command: {first:#?}"));
+    assert!(
+        more.contains("--all"),
+        "the next page keeps the scope: {more}"
+    );
+    let args: Vec<&str> = more.split_whitespace().collect();
+    let second = ws.run(&args).assert_success();
+    assert_eq!(listed_ids(&second.stdout), [ids[0].as_str()]);
+    assert!(!second.stderr.contains("more:"), "{second:#?}");
+}
+
+#[test]
+fn prune_dry_run_lists_what_would_go_and_deletes_nothing() {
+    let ws = Workspace::new();
+    let ids: Vec<String> = ["old", "middle", "new"]
+        .iter()
+        .map(|p| ws.run(&["run", p]).assert_success().session_id())
+        .collect();
+    let before = ws.stored_files();
+    let out = ws
+        .run(&["sessions", "prune", "--max-count", "1", "--dry-run"])
+        .assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:#?}");
+    // Oldest first, each with its reason, size and last update.
+    for (line, id) in lines.iter().zip(&ids[..2]) {
+        assert!(
+            line.starts_with(&format!("would delete {id}: beyond the maximum count, ")),
+            "{out:#?}"
+        );
+        assert!(
+            line.contains(&format!("{} bytes", ws.stored_bytes(id))),
+            "{out:#?}"
+        );
+        assert!(line.contains("updated 20"), "{out:#?}");
+    }
+    assert!(!out.stdout.contains(&ids[2]), "{out:#?}");
+    assert!(
+        lines[2].starts_with("would delete 2 session(s)")
+            && lines[2].contains("nothing was deleted"),
+        "{out:#?}"
+    );
+    assert_eq!(ws.stored_files(), before, "a dry run deletes nothing");
+}
+
+#[test]
+fn prune_max_count_keeps_the_newest_and_deletes_the_rest() {
+    let ws = Workspace::new();
+    let ids: Vec<String> = ["first", "second", "third"]
+        .iter()
+        .map(|p| ws.run(&["run", p]).assert_success().session_id())
+        .collect();
+    // Continuing the oldest makes it the most recently updated: it is kept.
+    ws.run(&["run", "--resume", &ids[0], "again"])
+        .assert_success();
+    let bytes = ws.stored_bytes(&ids[1]);
+    let kept_files = [ws.files_of(&ids[0]), ws.files_of(&ids[2])];
+
+    let out = ws
+        .run(&["sessions", "prune", "--max-count", "2"])
+        .assert_success();
+    assert!(
+        out.stdout.starts_with(&format!(
+            "deleted {}: beyond the maximum count, {bytes} bytes",
+            ids[1]
+        )),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "deleted 1 session(s), {bytes} bytes freed; kept 2"
+        )),
+        "{out:#?}"
+    );
+    let mut left = ws.session_ids();
+    left.sort();
+    let mut expected = vec![ids[0].clone(), ids[2].clone()];
+    expected.sort();
+    assert_eq!(left, expected);
+    assert_eq!([ws.files_of(&ids[0]), ws.files_of(&ids[2])], kept_files);
+
+    // Nothing more to do: a second prune deletes nothing.
+    let again = ws
+        .run(&["sessions", "prune", "--max-count", "2"])
+        .assert_success();
+    assert!(again.stdout.contains("deleted 0 session(s)"), "{again:#?}");
+    assert_eq!(ws.session_ids().len(), 2);
+}
+
+#[test]
+fn prune_by_age_and_by_size_reads_units() {
+    let ws = Workspace::new();
+    let store = ws.store();
+    let long_ago = chrono::Utc::now() - chrono::Duration::days(40);
+    let old = SessionSnapshot::builder(SessionId::parse("forty-days-old").expect("id"), "m")
+        .transcript(vec![agent_session::Message::user("long ago")])
+        .timestamps(long_ago, long_ago)
+        .build()
+        .expect("a snapshot");
+    store.save(&old).expect("save");
+    // Sessions with a tool call take more than 1K on disk.
+    let older = ws.run(&["run", "calc 1+1"]).assert_success().session_id();
+    let newest = ws.run(&["run", "calc 2+2"]).assert_success().session_id();
+
+    // 31 days is past 30d (so it goes); the two sessions of today are not.
+    let out = ws
+        .run(&["sessions", "prune", "--max-age", "30d"])
+        .assert_success();
+    assert!(
+        out.stdout
+            .starts_with("deleted forty-days-old: older than the maximum age"),
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains("deleted 1 session(s)"), "{out:#?}");
+    assert_eq!(ws.session_ids().len(), 2);
+    for age in ["1h", "90m", "45s"] {
+        let out = ws
+            .run(&["sessions", "prune", "--max-age", age, "--dry-run"])
+            .assert_success();
+        assert!(
+            out.stdout.contains("would delete 0 session(s)"),
+            "{age}: {out:#?}"
+        );
+    }
+
+    // 1M holds both; 1K (1024 bytes) holds neither; exactly the newest's size keeps it.
+    let out = ws
+        .run(&["sessions", "prune", "--max-bytes", "1M", "--dry-run"])
+        .assert_success();
+    assert!(out.stdout.contains("would delete 0 session(s)"), "{out:#?}");
+    assert!(ws.stored_bytes(&newest) > 1024 && ws.stored_bytes(&older) > 1024);
+    let out = ws
+        .run(&["sessions", "prune", "--max-bytes", "1K", "--dry-run"])
+        .assert_success();
+    assert!(out.stdout.contains("would delete 2 session(s)"), "{out:#?}");
+    let limit = ws.stored_bytes(&newest).to_string();
+    let out = ws
+        .run(&["sessions", "prune", "--max-bytes", &limit])
+        .assert_success();
+    assert!(
+        out.stdout
+            .starts_with(&format!("deleted {older}: beyond the maximum total size")),
+        "{out:#?}"
+    );
+    assert_eq!(ws.session_ids(), [newest]);
+
+    let before = ws.stored_files();
+    for (flag, bad, why) in [
+        ("--max-age", "30", "not a duration"),
+        ("--max-age", "3 days", "not a duration"),
+        ("--max-age", "d", "not a duration"),
+        ("--max-age", "99999999999999999d", "too long"),
+        ("--max-bytes", "10KB", "not a size"),
+        ("--max-bytes", "ten", "not a size"),
+        ("--max-bytes", "-1", "not a size"),
+        ("--max-bytes", "99999999999G", "too large"),
+        ("--max-count", "-1", "invalid digit"),
+    ] {
+        ws.run(&["sessions", "prune", &format!("{flag}={bad}")])
+            .assert_failure(2, &["invalid value", why]);
+    }
+    assert_eq!(ws.stored_files(), before);
+}
+
+#[test]
+fn prune_without_a_limit_is_refused() {
+    let (ws, _, before) = workspace_with_a_session();
+    for args in [
+        &["sessions", "prune"][..],
+        &["sessions", "prune", "--dry-run"],
+        &["sessions", "prune", "--archived-only"],
+    ] {
+        let out = ws.run(args);
+        out.assert_failure(2, &["needs a limit", "--max-age", "would delete nothing"]);
+        assert!(out.stdout.is_empty(), "{out:#?}");
+    }
+    assert_eq!(ws.stored_files(), before);
+}
+
+#[test]
+fn prune_archived_only_spares_active_sessions_and_forks_outlive_their_parent() {
+    let (ws, parent) = workspace_with_two_turns();
+    let fork = ws
+        .run(&[
+            "sessions", "fork", &parent, "--at", "turn:1", "--as", "the-fork",
+        ])
+        .assert_success()
+        .stdout
+        .trim()
+        .to_owned();
+    let bystander = ws.run(&["run", "bystander"]).assert_success().session_id();
+    ws.run(&["sessions", "archive", &parent]).assert_success();
+    ws.run(&["sessions", "export", &parent, "-o", "parent.jsonl"])
+        .assert_success();
+
+    let out = ws
+        .run(&["sessions", "prune", "--archived-only", "--max-count", "0"])
+        .assert_success();
+    assert!(
+        out.stdout
+            .starts_with(&format!("deleted {parent}: beyond the maximum count")),
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains("deleted 1 session(s)"), "{out:#?}");
+    let mut left = ws.session_ids();
+    left.sort();
+    let mut expected = vec![bystander, fork.clone()];
+    expected.sort();
+    assert_eq!(left, expected);
+    assert!(!ws.store_dir().join(format!("{parent}.archived")).exists());
+
+    // The fork still loads, lists with its lineage and resumes.
+    let list = ws.run(&["sessions", "list"]).assert_success().stdout;
+    assert!(listed_line(&list, &fork).contains(&format!("[fork of {parent}@4]")));
+    let resumed = ws
+        .run(&["run", "--resume", &fork, "what did I ask before?"])
+        .assert_success();
+    assert!(resumed.stdout.contains("1. calc 1+1"), "{resumed:#?}");
+
+    // The pruned parent's archive mark went with it: imported back, it is active.
+    ws.run(&["sessions", "import", "parent.jsonl"])
+        .assert_success();
+    assert!(ws.listed(&[]).contains(&parent));
+    assert!(ws.listed(&["--archived"]).is_empty());
+}
+
+/// A workspace with two sessions (the second a fork of the first), exported together to
+/// `bundle.jsonl`; returns the ids and the bundle's path.
+fn workspace_with_a_bundle() -> (Workspace, String, String, PathBuf) {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "exported notes\n");
+    let parent = ws.run(&["run", "calc 6*7"]).assert_success().session_id();
+    ws.run(&["run", "-c", "read notes.txt"]).assert_success();
+    let fork = ws
+        .run(&[
+            "sessions", "fork", &parent, "--at", "turn:1", "--as", "a-fork",
+        ])
+        .assert_success()
+        .stdout
+        .trim()
+        .to_owned();
+    let out = ws
+        .run(&["sessions", "export", &parent, &fork, "-o", "bundle.jsonl"])
+        .assert_success();
+    assert!(
+        out.stdout.is_empty(),
+        "the bundle went to the file: {out:#?}"
+    );
+    assert!(out.stderr.contains("exported 2 session(s)"), "{out:#?}");
+    let bundle = ws.path().join("bundle.jsonl");
+    (ws, parent, fork, bundle)
+}
+
+/// `id` in `store` holds what `original` holds: transcript, tool calls, usage, options,
+/// times and lineage.
+fn assert_same_session(original: &SessionSnapshot, store: &FileSessionStore, id: &str) {
+    let copy = store
+        .load(&SessionId::parse(id).expect("id"))
+        .expect("imported");
+    assert_eq!(copy.transcript(), original.transcript());
+    assert_eq!(copy.tool_calls(), original.tool_calls());
+    assert_eq!(copy.usage(), original.usage());
+    assert_eq!(copy.options(), original.options());
+    assert_eq!(
+        (copy.created_at(), copy.updated_at()),
+        (original.created_at(), original.updated_at())
+    );
+    assert_eq!(copy.lineage(), original.lineage());
+}
+
+#[test]
+fn export_then_import_into_another_store_keeps_ids_and_transcripts() {
+    let (ws, parent, fork, bundle) = workspace_with_a_bundle();
+    assert_eq!(file_mode(&bundle), 0o600, "transcripts are private");
+    let elsewhere = ws.path().join("elsewhere");
+
+    let out = ws
+        .run_on(
+            &elsewhere,
+            &["sessions", "import", bundle.to_str().expect("utf-8")],
+        )
+        .assert_success();
+    assert_eq!(
+        out.stdout,
+        format!("imported {parent} as {parent}\nimported {fork} as {fork}\n")
+    );
+    let there = FileSessionStore::open(&elsewhere).expect("the other store");
+    for id in [&parent, &fork] {
+        assert_same_session(&ws.load(id), &there, id);
+    }
+    // `sessions show` prints the same conversation (the stored revision starts over at 1).
+    let strip = |text: &str| -> String {
+        text.lines()
+            .filter(|l| !l.contains("revision"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let here = ws
+        .run(&["sessions", "show", &parent])
+        .assert_success()
+        .stdout;
+    let there_show = ws
+        .run_on(&elsewhere, &["sessions", "show", &parent])
+        .assert_success()
+        .stdout;
+    assert_eq!(strip(&here), strip(&there_show));
+    assert!(there_show.contains("exported notes"), "{there_show}");
+    let listed = ws
+        .run_on(&elsewhere, &["sessions", "list"])
+        .assert_success()
+        .stdout;
+    assert!(listed_line(&listed, &fork).contains(&format!("[fork of {parent}@4]")));
+
+    // The same ids again: refused as a whole, nothing changes.
+    let stored = std::fs::read_dir(&elsewhere).expect("ls").count();
+    let before: Vec<Vec<u8>> = [&parent, &fork]
+        .iter()
+        .map(|id| std::fs::read(elsewhere.join(format!("{id}.json"))).expect("read"))
+        .collect();
+    ws.run_on(&elsewhere, &["sessions", "import", "bundle.jsonl"])
+        .assert_failure(1, &["already exists", "--new-ids", "nothing was imported"]);
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), stored);
+    for (id, bytes) in [&parent, &fork].iter().zip(&before) {
+        assert_eq!(
+            &std::fs::read(elsewhere.join(format!("{id}.json"))).expect("read"),
+            bytes
+        );
+    }
+
+    // One id of the two taken is enough: the other session is not imported either.
+    ws.run_on(&elsewhere, &["sessions", "delete", &parent])
+        .assert_success();
+    ws.run_on(&elsewhere, &["sessions", "import", "bundle.jsonl"])
+        .assert_failure(
+            1,
+            &[
+                &format!("session {fork} already exists"),
+                "nothing was imported",
+            ],
+        );
+    assert!(!elsewhere.join(format!("{parent}.json")).exists());
+    ws.run_on(&elsewhere, &["sessions", "delete", &fork])
+        .assert_success();
+
+    // --new-ids imports copies under fresh ids; the fork follows its parent's new id.
+    let out = ws
+        .run_on(
+            &elsewhere,
+            &["sessions", "import", "--new-ids", "bundle.jsonl"],
+        )
+        .assert_success();
+    let renamed: Vec<(String, String)> = out
+        .stdout
+        .lines()
+        .map(|l| {
+            let rest = l.strip_prefix("imported ").expect("an import line");
+            let (from, to) = rest.split_once(" as ").expect("FROM as TO");
+            (from.to_owned(), to.to_owned())
+        })
+        .collect();
+    assert_eq!(renamed.len(), 2, "{out:#?}");
+    assert_eq!((&renamed[0].0, &renamed[1].0), (&parent, &fork));
+    assert!(renamed.iter().all(|(from, to)| from != to), "{out:#?}");
+    let new_fork = there
+        .load(&SessionId::parse(&renamed[1].1).expect("id"))
+        .expect("imported fork");
+    assert_eq!(
+        new_fork.lineage().map(|l| l.parent.as_str()),
+        Some(renamed[0].1.as_str())
+    );
+    assert_eq!(new_fork.transcript(), ws.load(&fork).transcript());
+    assert_eq!(there.list().expect("list").sessions.len(), 2);
+}
+
+#[test]
+fn export_writes_a_private_file_never_clobbers_it_and_can_write_stdout() {
+    let (ws, parent, fork, bundle) = workspace_with_a_bundle();
+    let exported = std::fs::read(&bundle).expect("read");
+
+    // An existing file is left alone unless --force is given.
+    ws.run(&["sessions", "export", &parent, "-o", "bundle.jsonl"])
+        .assert_failure(1, &["bundle.jsonl already exists", "--force"]);
+    assert_eq!(std::fs::read(&bundle).expect("read"), exported);
+
+    // --force replaces it, private again even if it was readable by others.
+    std::fs::set_permissions(&bundle, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    ws.run(&[
+        "sessions",
+        "export",
+        &parent,
+        "-o",
+        "bundle.jsonl",
+        "--force",
+    ])
+    .assert_success();
+    assert_eq!(file_mode(&bundle), 0o600);
+    let replaced = agent_session::Bundle::from_json(&std::fs::read(&bundle).expect("read"))
+        .expect("a valid bundle");
+    assert_eq!(replaced.sessions().len(), 1);
+    assert_eq!(replaced.sessions()[0].id().as_str(), parent);
+
+    // Without -o the bundle goes to stdout, and nothing else does.
+    let out = ws.run(&["sessions", "export", &fork]).assert_success();
+    let from_stdout = agent_session::Bundle::from_json(out.stdout.as_bytes()).expect("a bundle");
+    assert_eq!(from_stdout.sessions().len(), 1);
+    assert_eq!(
+        from_stdout.sessions()[0].transcript(),
+        ws.load(&fork).transcript()
+    );
+    // Temporary files never stay behind.
+    let names: Vec<String> = std::fs::read_dir(ws.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".agent-export-"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+
+    // Unknown and malformed ids export nothing.
+    ws.run(&[
+        "sessions",
+        "export",
+        &parent,
+        "no-such-session",
+        "-o",
+        "x.jsonl",
+    ])
+    .assert_failure(1, &["session no-such-session not found"]);
+    ws.run(&["sessions", "export", "Bad/Id", "-o", "x.jsonl"])
+        .assert_failure(1, &["invalid session id"]);
+    assert!(!ws.path().join("x.jsonl").exists());
+    ws.run(&["sessions", "export"])
+        .assert_failure(2, &["required"]);
+}
+
+#[test]
+fn a_tampered_bundle_is_refused_as_a_whole_and_imports_nothing() {
+    let (ws, parent, fork, bundle) = workspace_with_a_bundle();
+    let text = std::fs::read_to_string(&bundle).expect("read");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two sessions: {text}");
+
+    // The target store already holds a session; a refused import leaves it as it was.
+    let target = ws.path().join("target");
+    let resident = ws
+        .run_on(&target, &["run", "resident"])
+        .assert_success()
+        .session_id();
+    let files = |dir: &Path| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .expect("ls")
+            .map(|e| e.expect("entry"))
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read(e.path()).expect("read"))
+            })
+            .collect()
+    };
+    let before = files(&target);
+
+    // Each tamper hits the second session, so an import that went session by session
+    // would have stored the first.
+    let second = lines[2];
+    let result_at = second
+        .find("\"call_id\":\"scripted_1\"")
+        .expect("the fork answers call scripted_1");
+    let digit = result_at + "\"call_id\":\"scripted_".len();
+    let mut call_id_changed = second.as_bytes().to_vec();
+    call_id_changed[digit] = b'7';
+    let mut brace_changed = second.as_bytes().to_vec();
+    brace_changed[0] = b'[';
+    let tampered: Vec<(&str, String)> = vec![
+        (
+            "a tool result's call id, one byte",
+            format!(
+                "{}\n{}\n{}\n",
+                lines[0],
+                lines[1],
+                String::from_utf8(call_id_changed).expect("utf-8")
+            ),
+        ),
+        (
+            "the first byte of a snapshot",
+            format!(
+                "{}\n{}\n{}\n",
+                lines[0],
+                lines[1],
+                String::from_utf8(brace_changed).expect("utf-8")
+            ),
+        ),
+        ("a line removed", format!("{}\n{}\n", lines[0], lines[1])),
+        (
+            "cut short",
+            format!(
+                "{}\n{}\n{}",
+                lines[0],
+                lines[1],
+                &second[..second.len() / 2]
+            ),
+        ),
+    ];
+    for (what, bytes) in &tampered {
+        let path = ws.write("tampered.jsonl", bytes);
+        let out = ws.run_on(
+            &target,
+            &["sessions", "import", path.to_str().expect("utf-8")],
+        );
+        out.assert_failure(1, &["refused as a whole", "nothing was imported"]);
+        assert!(out.stdout.is_empty(), "{what}: {out:#?}");
+        assert_eq!(files(&target), before, "{what}: nothing was imported");
+        // --new-ids is refused the same way.
+        ws.run_on(
+            &target,
+            &[
+                "sessions",
+                "import",
+                "--new-ids",
+                path.to_str().expect("utf-8"),
+            ],
+        )
+        .assert_failure(1, &["refused as a whole"]);
+        assert_eq!(files(&target), before, "{what}: nothing was imported");
+    }
+    assert_eq!(
+        ws.run_on(&target, &["sessions", "list"])
+            .assert_success()
+            .stdout
+            .lines()
+            .count(),
+        2
+    );
+    assert!(
+        !before.contains_key(&format!("{parent}.json"))
+            && !before.contains_key(&format!("{fork}.json"))
+    );
+    assert!(before.contains_key(&format!("{resident}.json")));
+
+    // A refused bundle does not even create a missing store.
+    let fresh = ws.path().join("never-made");
+    ws.run_on(&fresh, &["sessions", "import", "tampered.jsonl"])
+        .assert_failure(1, &["refused as a whole"]);
+    assert!(!fresh.exists());
+    ws.run_on(&fresh, &["sessions", "import", "missing.jsonl"])
+        .assert_failure(1, &["could not read the bundle missing.jsonl"]);
+}
+
+#[test]
+fn import_reads_stdin_and_single_snapshot_files_of_older_schema_versions() {
+    let (ws, parent, fork, bundle) = workspace_with_a_bundle();
+    let target = ws.path().join("target");
+    let text = std::fs::read_to_string(&bundle).expect("read");
+    let target_str = target.to_str().expect("utf-8");
+    let out = ws
+        .run_with_input(&["--store", target_str, "sessions", "import", "-"], &text)
+        .assert_success();
+    assert_eq!(
+        out.stdout,
+        format!("imported {parent} as {parent}\nimported {fork} as {fork}\n")
+    );
+
+    // A bare v1 snapshot (a file of an older release's store) imports as a session of one.
+    let v1 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/v1/tool_calls_with_interrupted.json");
+    let out = ws
+        .run_on(
+            &target,
+            &["sessions", "import", v1.to_str().expect("utf-8")],
+        )
+        .assert_success();
+    let id = "golden-tool-calls-with-interrupted";
+    assert_eq!(out.stdout, format!("imported {id} as {id}\n"));
+    let original =
+        SessionSnapshot::from_json(&std::fs::read(&v1).expect("read")).expect("v1 loads");
+    let imported = FileSessionStore::open(&target)
+        .expect("store")
+        .load(&SessionId::parse(id).expect("id"))
+        .expect("imported");
+    assert_eq!(imported.transcript(), original.transcript());
+    assert_eq!(imported.tool_calls(), original.tool_calls());
+    assert_eq!(imported.schema_version(), agent_session::SCHEMA_VERSION);
+}
+
+#[test]
+fn help_documents_the_lifecycle_commands() {
+    let ws = Workspace::new();
+    let help = ws.run(&["--help"]).assert_success().stdout;
+    for needle in [
+        "sessions fork",
+        "sessions archive",
+        "--all",
+        "sessions prune --max-age 30d --dry-run",
+        "sessions export",
+        "sessions import",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    let sessions_help = ws.run(&["sessions", "--help"]).assert_success().stdout;
+    for needle in ["fork", "archive", "unarchive", "prune", "export", "import"] {
+        assert!(sessions_help.contains(needle), "{sessions_help}");
+    }
+    let prune_help = ws
+        .run(&["sessions", "prune", "--help"])
+        .assert_success()
+        .stdout;
+    for needle in [
+        "--max-age <DURATION>",
+        "--max-count <N>",
+        "--max-bytes <SIZE>",
+        "--archived-only",
+        "--dry-run",
+        "1K = 1024",
+        "30d",
+    ] {
+        assert!(prune_help.contains(needle), "{needle:?}:\n{prune_help}");
+    }
+    let fork_help = ws
+        .run(&["sessions", "fork", "--help"])
+        .assert_success()
+        .stdout;
+    for needle in [
+        "--at <POINT>",
+        "message:N",
+        "turn:N",
+        "--as <NEW_ID>",
+        "[default: end]",
+    ] {
+        assert!(fork_help.contains(needle), "{needle:?}:\n{fork_help}");
+    }
 }

@@ -9,7 +9,9 @@ use agent_session::{
 /// Longest title shown in a listing, in characters.
 const TITLE_WIDTH: usize = 50;
 
-/// The table of readable sessions, newest first (the order the store gives).
+/// The table of readable sessions, newest first (the order the store gives). After the
+/// title: `[archived]` for an archived session, `[fork of PARENT@N]` for a fork that
+/// started with the first N messages of PARENT.
 pub fn session_table(list: &SessionList) -> String {
     let id_width = list
         .sessions
@@ -27,6 +29,16 @@ pub fn session_table(list: &SessionList) -> String {
         let mut shown: String = title.chars().take(TITLE_WIDTH).collect();
         if title.chars().count() > TITLE_WIDTH {
             shown.push('…');
+        }
+        if s.archived {
+            shown.push_str("  [archived]");
+        }
+        if let Some(lineage) = &s.lineage {
+            let _ = write!(
+                shown,
+                "  [fork of {}@{}]",
+                lineage.parent, lineage.fork_point
+            );
         }
         let _ = writeln!(
             out,
@@ -64,6 +76,16 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
         totals.output_tokens,
         totals.cost
     );
+    if let Some(lineage) = snapshot.lineage() {
+        let _ = writeln!(
+            out,
+            "  forked from {} at message {} (its revision {}), {}",
+            lineage.parent,
+            lineage.fork_point,
+            lineage.parent_revision,
+            lineage.forked_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        );
+    }
     if let Some(system) = &options.system_prompt {
         push_block(&mut out, "system", system);
     }

@@ -5,6 +5,9 @@
 //! cargo run --example agent -- run --continue "what did I ask before?"
 //! cargo run --example agent -- sessions list
 //! cargo run --example agent -- chat --resume <ID>
+//! cargo run --example agent -- sessions fork <ID> --at turn:1
+//! cargo run --example agent -- sessions prune --max-age 30d --dry-run
+//! cargo run --example agent -- sessions export <ID> -o backup.jsonl
 //! ```
 //!
 //! Every conversation is a session of the `agent-session` crate, kept in a
@@ -12,6 +15,16 @@
 //! `--store DIR`, or `$AGENT_SESSION_STORE`). `chat`, `run` and `script` start a new
 //! session, or continue one with `--resume ID` or the most recent one with `--continue`.
 //! The session id is printed on stderr when a command starts (`session: ID (new)`).
+//!
+//! # A session's life
+//!
+//! `sessions fork ID --at message:N|turn:N|end` copies a session's first messages into a
+//! new session (printing its id on stdout), recording the parent; `sessions list` shows it
+//! as `fork of PARENT@N`. `sessions archive ID` hides a session from `sessions list` and
+//! `--continue` (it still resumes by id; `--archived` and `--all` list it). `sessions prune`
+//! deletes sessions past `--max-age`, beyond `--max-count` or over `--max-bytes` (with
+//! `--dry-run` it only says which). `sessions export ID... -o FILE` writes a private (0600)
+//! bundle that `sessions import FILE` reads into another store, all or nothing.
 //!
 //! # Engines
 //!
@@ -49,10 +62,13 @@
 //! 0 on success; 1 on an error (printed on stderr as `error: ...`); 2 on a usage error;
 //! 130 after Ctrl-C or SIGTERM. `sessions list` exits with 1 when a stored file cannot be
 //! read (a damaged snapshot, say): the readable sessions are still listed on stdout and
-//! each unreadable file is named on stderr.
+//! each unreadable file is named on stderr. `sessions prune` with no limit is a usage error
+//! (it would delete nothing); sessions it kept because they were saved meanwhile are named
+//! on stderr and do not change its status.
 
 mod display;
 mod http;
+mod lifecycle;
 mod scripted;
 mod tools;
 
@@ -63,8 +79,8 @@ use std::sync::Arc;
 
 use agent_session::{
     Autosave, BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, FileSessionStore,
-    Harness, ListCursor, Message, Role, Session, SessionId, SessionList, SessionOptions,
-    SessionStore, StopReason,
+    ForkAt, Harness, ListCursor, ListScope, Message, PrunePolicy, Role, Session, SessionId,
+    SessionList, SessionOptions, SessionPage, SessionStore, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -77,6 +93,8 @@ use crate::tools::Tools;
 const DEFAULT_STORE: &str = ".agent-session/sessions";
 /// Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
 const INTERRUPTED_STATUS: u8 = 130;
+/// Exit status of a usage error (as clap exits with for the ones it finds).
+const USAGE_STATUS: u8 = 2;
 const SYSTEM_PROMPT: &str = "You are a helpful agent in a terminal. Use the calculator for \
     arithmetic and read_file to look at files in the workspace. Be brief.";
 
@@ -89,6 +107,12 @@ Examples:
   agent sessions list                             newest first
   agent sessions list --limit 20                  one page; prints how to get the next
   agent sessions show 0190c3e2-...                the transcript, tool calls with results
+  agent sessions fork 0190c3e2-... --at turn:2    a new session with its first 2 turns
+  agent sessions archive 0190c3e2-...             hide it from the list (still resumes)
+  agent sessions list --all                       archived sessions too
+  agent sessions prune --max-age 30d --dry-run    what pruning would delete
+  agent sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
+  agent sessions import s.jsonl                   into this store (--new-ids: renamed)
 
 The session id is printed on stderr when a command starts. Sessions are saved at every
 step of a turn; if the agent is killed or interrupted mid-turn, the tool calls that were
@@ -162,7 +186,7 @@ enum Command {
         /// A text file with one prompt per line
         file: PathBuf,
     },
-    /// List, show or delete saved sessions
+    /// List, show, fork, archive, prune, export, import or delete saved sessions
     #[command(subcommand)]
     Sessions(SessionsCommand),
 }
@@ -180,7 +204,7 @@ struct ResumeArgs {
 
 #[derive(Subcommand)]
 enum SessionsCommand {
-    /// Saved sessions, newest first: id, last update, messages, cost, title
+    /// Saved sessions, newest first: id, last update, messages, cost, title (and a fork's parent)
     List {
         /// Show at most N sessions; the command to see the next ones is printed on stderr
         #[arg(long, value_name = "N")]
@@ -188,6 +212,12 @@ enum SessionsCommand {
         /// Start after this cursor (printed with the previous page)
         #[arg(long, value_name = "CURSOR", requires = "limit")]
         after: Option<String>,
+        /// Show only archived sessions
+        #[arg(long, conflicts_with = "all")]
+        archived: bool,
+        /// Show archived sessions too, marked [archived]
+        #[arg(long)]
+        all: bool,
     },
     /// A session's transcript, each tool call shown with its result
     Show {
@@ -198,6 +228,68 @@ enum SessionsCommand {
     Delete {
         /// The session id
         id: String,
+    },
+    /// Start a new session from a copy of a session's history, up to a point
+    #[command(after_help = lifecycle::FORK_HELP)]
+    Fork {
+        /// The session to fork (it is not changed)
+        id: String,
+        /// Where to cut: message:N keeps the first N messages, turn:N the first N turns, end all of them
+        #[arg(long, value_name = "POINT", default_value = "end", value_parser = lifecycle::parse_fork_at)]
+        at: ForkAt,
+        /// The new session's id [default: a generated one]
+        #[arg(long = "as", value_name = "NEW_ID")]
+        new_id: Option<String>,
+    },
+    /// Hide a session from `sessions list` and --continue; it still resumes with --resume ID
+    Archive {
+        /// The session id
+        id: String,
+    },
+    /// Bring an archived session back into `sessions list`
+    Unarchive {
+        /// The session id
+        id: String,
+    },
+    /// Delete sessions past a maximum age, beyond a maximum count or over a total size
+    #[command(after_help = lifecycle::PRUNE_HELP)]
+    Prune {
+        /// Delete sessions not updated for this long: 45s, 90m, 12h, 30d
+        #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration)]
+        max_age: Option<std::time::Duration>,
+        /// Keep at most N sessions, the most recently updated
+        #[arg(long, value_name = "N")]
+        max_count: Option<usize>,
+        /// Keep at most SIZE bytes of sessions, the most recently updated: 500, 10K, 20M, 1G (1K = 1024)
+        #[arg(long, value_name = "SIZE", value_parser = lifecycle::parse_size)]
+        max_bytes: Option<u64>,
+        /// Apply the limits to archived sessions only; active ones are neither counted nor deleted
+        #[arg(long)]
+        archived_only: bool,
+        /// Print what would be deleted, and delete nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Write sessions to one bundle file that `sessions import` reads, here or elsewhere
+    Export {
+        /// The sessions to export
+        #[arg(value_name = "ID", required = true)]
+        ids: Vec<String>,
+        /// Write the bundle to FILE, created readable by you only (0600), instead of stdout
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Replace FILE if it exists (otherwise an existing FILE is an error)
+        #[arg(long, requires = "output")]
+        force: bool,
+    },
+    /// Add the sessions of a bundle (from `sessions export`), or a snapshot file, to this store
+    Import {
+        /// The bundle, or - to read it from stdin
+        file: PathBuf,
+        /// Give every imported session a new id (by default the bundle's ids are kept, and
+        /// an id already in the store refuses the whole import)
+        #[arg(long)]
+        new_ids: bool,
     },
 }
 
@@ -221,6 +313,10 @@ fn main() -> ExitCode {
                 eprintln!("error: {message}");
                 ExitCode::FAILURE
             }
+            Err(Failure::Usage(message)) => {
+                eprintln!("error: {message}");
+                ExitCode::from(USAGE_STATUS)
+            }
         }
     });
     // After Ctrl-C a model request may still be running on a blocking thread, and the
@@ -234,6 +330,8 @@ fn main() -> ExitCode {
 enum Failure {
     /// Printed as `error: ...`; exit status 1.
     Error(String),
+    /// A command line that parses but makes no sense; printed as `error: ...`, exit status 2.
+    Usage(String),
     /// Ctrl-C or SIGTERM, already reported; exit status 130.
     Interrupted,
 }
@@ -314,44 +412,160 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// `sessions list|show|delete`: these never create the store folder.
+/// `sessions ...`: only `import` creates the store folder.
 fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
-    let store = match std::fs::symlink_metadata(store_dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        _ => Some(open_store(store_dir)?),
-    };
     match command {
-        SessionsCommand::List { limit, after } => {
-            let Some(store) = store else {
-                println!("no saved sessions in {}", store_dir.display());
-                return Ok(());
+        SessionsCommand::List {
+            limit,
+            after,
+            archived,
+            all,
+        } => {
+            let scope = match (archived, all) {
+                (true, _) => ListScope::Archived,
+                (false, true) => ListScope::All,
+                (false, false) => ListScope::Active,
             };
-            let Some(limit) = limit else {
-                return print_listing(&store.list()?, store.dir());
-            };
-            let after = after.map(|c| c.parse::<ListCursor>()).transpose()?;
-            let page = store.list_page(limit, after.as_ref())?;
-            let next = page.next.clone();
-            let listing = SessionList::new(page.sessions, page.unreadable);
-            let printed = print_listing(&listing, store.dir());
-            if let Some(next) = next {
-                eprintln!("more: agent sessions list --limit {limit} --after {next}");
-            }
-            printed
+            list(
+                existing_store(store_dir)?.as_ref(),
+                store_dir,
+                scope,
+                limit,
+                after,
+            )
         }
         SessionsCommand::Show { id } => {
-            let id = SessionId::parse(&id)?;
-            let store = store.ok_or(Error::NotFound { id: id.clone() })?;
+            let (store, id) = existing_session(store_dir, &id)?;
             print!("{}", display::transcript(&store.load(&id)?));
             Ok(())
         }
         SessionsCommand::Delete { id } => {
-            let id = SessionId::parse(&id)?;
-            let store = store.ok_or(Error::NotFound { id: id.clone() })?;
+            let (store, id) = existing_session(store_dir, &id)?;
             store.delete(&id)?;
             println!("deleted session {id}");
             Ok(())
         }
+        SessionsCommand::Fork { id, at, new_id } => {
+            let new_id = new_id.map(|id| SessionId::parse(&id)).transpose()?;
+            let (store, id) = existing_session(store_dir, &id)?;
+            lifecycle::fork(&store, &id, at, new_id)
+        }
+        SessionsCommand::Archive { id } => {
+            let (store, id) = existing_session(store_dir, &id)?;
+            lifecycle::set_archived(&store, &id, true)
+        }
+        SessionsCommand::Unarchive { id } => {
+            let (store, id) = existing_session(store_dir, &id)?;
+            lifecycle::set_archived(&store, &id, false)
+        }
+        SessionsCommand::Prune {
+            max_age,
+            max_count,
+            max_bytes,
+            archived_only,
+            dry_run,
+        } => {
+            if max_age.is_none() && max_count.is_none() && max_bytes.is_none() {
+                return Err(Failure::Usage(
+                    "sessions prune needs a limit: --max-age DURATION, --max-count N or --max-bytes SIZE (with none it would delete nothing)\nsee `agent sessions prune --help`"
+                        .to_owned(),
+                ));
+            }
+            let mut policy = PrunePolicy::new().dry_run(dry_run);
+            if let Some(age) = max_age {
+                policy = policy.max_age(age);
+            }
+            if let Some(count) = max_count {
+                policy = policy.max_count(count);
+            }
+            if let Some(bytes) = max_bytes {
+                policy = policy.max_total_bytes(bytes);
+            }
+            if archived_only {
+                policy = policy.archived_only();
+            }
+            lifecycle::prune(existing_store(store_dir)?.as_ref(), store_dir, &policy)
+        }
+        SessionsCommand::Export { ids, output, force } => {
+            let ids = ids
+                .iter()
+                .map(|id| SessionId::parse(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            let Some(store) = existing_store(store_dir)? else {
+                return Err(match ids.into_iter().next() {
+                    Some(id) => Error::NotFound { id }.into(),
+                    None => "name at least one session to export".to_owned().into(),
+                });
+            };
+            lifecycle::export(&store, &ids, output.as_deref(), force)
+        }
+        SessionsCommand::Import { file, new_ids } => lifecycle::import(store_dir, &file, new_ids),
+    }
+}
+
+/// The store, if its folder exists (commands that only read or change stored sessions do
+/// not create it).
+fn existing_store(store_dir: &Path) -> Result<Option<FileSessionStore>, Failure> {
+    match std::fs::symlink_metadata(store_dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        _ => Ok(Some(open_store(store_dir)?)),
+    }
+}
+
+/// The store and the parsed id of a session that must exist already.
+fn existing_session(store_dir: &Path, id: &str) -> Result<(FileSessionStore, SessionId), Failure> {
+    let id = SessionId::parse(id)?;
+    let store = existing_store(store_dir)?.ok_or_else(|| Error::NotFound { id: id.clone() })?;
+    Ok((store, id))
+}
+
+/// `sessions list`: the whole listing, or one page of it.
+fn list(
+    store: Option<&FileSessionStore>,
+    store_dir: &Path,
+    scope: ListScope,
+    limit: Option<usize>,
+    after: Option<String>,
+) -> Result<(), Failure> {
+    let Some(store) = store else {
+        println!("{} in {}", nothing_listed(scope), store_dir.display());
+        return Ok(());
+    };
+    let Some(limit) = limit else {
+        return print_listing(&store.list_scoped(scope)?, store.dir(), scope);
+    };
+    let after = after.map(|c| c.parse::<ListCursor>()).transpose()?;
+    let page = if scope == ListScope::Active {
+        store.list_page(limit, after.as_ref())?
+    } else {
+        if limit == 0 {
+            return Err(Error::InvalidArgument {
+                reason: "a page of sessions must hold at least one (limit 0)".to_owned(),
+            }
+            .into());
+        }
+        SessionPage::of(store.list_scoped(scope)?, limit, after.as_ref())
+    };
+    let next = page.next.clone();
+    let listing = SessionList::new(page.sessions, page.unreadable);
+    let printed = print_listing(&listing, store.dir(), scope);
+    if let Some(next) = next {
+        let flag = match scope {
+            ListScope::Archived => " --archived",
+            ListScope::All => " --all",
+            _ => "",
+        };
+        eprintln!("more: agent sessions list{flag} --limit {limit} --after {next}");
+    }
+    printed
+}
+
+/// What an empty listing of `scope` says.
+fn nothing_listed(scope: ListScope) -> &'static str {
+    if scope == ListScope::Archived {
+        "no archived sessions"
+    } else {
+        "no saved sessions"
     }
 }
 
@@ -366,9 +580,9 @@ fn open_store(dir: &Path) -> Result<FileSessionStore, Failure> {
 
 /// Prints the table on stdout and each unreadable file on stderr; an error if there were
 /// any (the readable sessions are listed all the same).
-fn print_listing(list: &SessionList, dir: &Path) -> Result<(), Failure> {
+fn print_listing(list: &SessionList, dir: &Path, scope: ListScope) -> Result<(), Failure> {
     if list.sessions.is_empty() && list.unreadable.is_empty() {
-        println!("no saved sessions in {}", dir.display());
+        println!("{} in {}", nothing_listed(scope), dir.display());
         return Ok(());
     }
     if !list.sessions.is_empty() {

@@ -1,0 +1,321 @@
+//! `sessions fork|archive|unarchive|prune|export|import`: what happens to sessions after
+//! their turns: branching, hiding, retention and moving them between stores.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use agent_session::{
+    Bundle, Error, FileSessionStore, ForkAt, ImportIds, PrunePolicy, SessionId, SessionStore,
+};
+
+use crate::{chain, Failure};
+
+/// Shown in the help of `sessions prune`.
+pub const PRUNE_HELP: &str = "\
+Limits (at least one is needed; a prune with none would delete nothing):
+  --max-age DURATION  a number and a unit: s, m, h or d (45s, 90m, 12h, 30d)
+  --max-count N       keeps the N most recently updated sessions
+  --max-bytes SIZE    bytes on disk (snapshot + journal); a number, optionally with
+                      K, M or G, binary multiples: 1K = 1024 bytes, 1M = 1024K,
+                      1G = 1024M (500, 10K, 20M, 1G)
+
+Count and size keep the most recently updated sessions. Archived sessions count like the
+others unless --archived-only is given. A session saved while the prune runs is kept
+(reported on stderr). Forks never depend on their parent: deleting a parent leaves its
+forks whole.
+
+Examples:
+  agent sessions prune --max-age 30d --dry-run    what would go, nothing deleted
+  agent sessions prune --max-count 100            keep the 100 newest
+  agent sessions prune --archived-only --max-age 7d";
+
+/// Shown in the help of `sessions fork`.
+pub const FORK_HELP: &str = "\
+The new session starts with the messages before the cut (its usage and cost start at
+zero) and records where it came from; `sessions list` shows it as `fork of PARENT@N`.
+The parent is not changed. A cut between a tool call and its result is refused.
+
+The new id is printed on stdout, alone on its line:
+  new=$(agent sessions fork 0190c3e2-... --at turn:2)
+  agent run --resume \"$new\" \"try the other approach\"";
+
+/// `--at`: `message:N`, `turn:N` or `end`.
+pub fn parse_fork_at(text: &str) -> Result<ForkAt, String> {
+    text.parse::<ForkAt>().map_err(|e| match e {
+        Error::InvalidArgument { reason } => reason,
+        other => other.to_string(),
+    })
+}
+
+/// `--max-age`: a whole number and a unit, `s`, `m`, `h` or `d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || {
+        format!("{text:?} is not a duration: use a number and a unit, s, m, h or d (45s, 90m, 12h, 30d)")
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(invalid)?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let seconds: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 24 * 3600,
+        _ => return Err(invalid()),
+    };
+    number
+        .checked_mul(seconds)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long a duration"))
+}
+
+/// `--max-bytes`: a whole number of bytes, optionally with `K`, `M` or `G` (or `KiB`,
+/// `MiB`, `GiB`, any case): binary multiples, 1K = 1024.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let invalid = || {
+        format!(
+            "{text:?} is not a size: use a number of bytes, optionally with K, M or G (1K = 1024 bytes): 500, 10K, 20M, 1G"
+        )
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => return Err(invalid()),
+    };
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too large a size"))
+}
+
+/// `sessions fork`: the new id on stdout, what was kept on stderr.
+pub fn fork(
+    store: &FileSessionStore,
+    id: &SessionId,
+    at: ForkAt,
+    new_id: Option<SessionId>,
+) -> Result<(), Failure> {
+    let new_id = new_id.unwrap_or_else(SessionId::generate);
+    let fork = store.fork(id, at, new_id)?;
+    let kept = fork.transcript().len();
+    let revision = fork.lineage().map_or_else(String::new, |l| {
+        format!(" (revision {})", l.parent_revision)
+    });
+    println!("{}", fork.id());
+    eprintln!(
+        "forked {id}{revision} at message {kept} ({at}) into {}: it starts with the first {kept} messages; continue it with --resume {}",
+        fork.id(),
+        fork.id()
+    );
+    Ok(())
+}
+
+/// `sessions archive` and `sessions unarchive`.
+pub fn set_archived(
+    store: &FileSessionStore,
+    id: &SessionId,
+    archived: bool,
+) -> Result<(), Failure> {
+    store.set_archived(id, archived)?;
+    if archived {
+        println!("archived session {id}");
+        eprintln!(
+            "it is left out of `sessions list` and --continue, and still resumes with --resume {id}; `sessions unarchive {id}` brings it back"
+        );
+    } else {
+        println!("unarchived session {id}");
+    }
+    Ok(())
+}
+
+/// `sessions prune`: one line per session deleted (or that would be), then a total. A
+/// session saved meanwhile is kept and named on stderr; a session that could not be
+/// deleted makes the command fail once the rest is done.
+pub fn prune(
+    store: Option<&FileSessionStore>,
+    store_dir: &Path,
+    policy: &PrunePolicy,
+) -> Result<(), Failure> {
+    let Some(store) = store else {
+        println!(
+            "no saved sessions in {}: nothing to prune",
+            store_dir.display()
+        );
+        return Ok(());
+    };
+    let report = store.prune(policy)?;
+    let verb = if report.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for pruned in &report.pruned {
+        println!(
+            "{verb} {}: {}, {} bytes, updated {}",
+            pruned.summary.id,
+            pruned.reason,
+            pruned.bytes,
+            pruned.summary.updated_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        );
+    }
+    let mut failed = 0usize;
+    for e in &report.skipped {
+        if let Error::Conflict { id, .. } = e {
+            eprintln!("kept {id}: it was saved again while the prune ran");
+        } else {
+            failed += 1;
+            eprintln!("could not delete: {}", chain(e));
+        }
+    }
+    for e in &report.unreadable {
+        eprintln!("unreadable (left alone): {}", chain(e));
+    }
+    let count = report.pruned.len();
+    if report.dry_run {
+        println!(
+            "would delete {count} session(s), {} bytes; would keep {} (dry run: nothing was deleted)",
+            report.bytes(),
+            report.kept
+        );
+    } else {
+        println!(
+            "deleted {count} session(s), {} bytes freed; kept {}",
+            report.bytes(),
+            report.kept
+        );
+    }
+    if failed > 0 {
+        return Err(format!("{failed} session(s) could not be deleted (see above)").into());
+    }
+    Ok(())
+}
+
+/// `sessions export`: the bundle to `output` (a new private file) or to stdout.
+pub fn export(
+    store: &FileSessionStore,
+    ids: &[SessionId],
+    output: Option<&Path>,
+    force: bool,
+) -> Result<(), Failure> {
+    if let Some(path) = output {
+        // Checked again, atomically, when the file is put in place; checking first saves
+        // reading the sessions for nothing.
+        if !force && fs::symlink_metadata(path).is_ok() {
+            return Err(exists(path));
+        }
+    }
+    let bytes = store.export(ids)?.to_json()?;
+    if let Some(path) = output {
+        write_private(path, &bytes, force)?;
+        eprintln!(
+            "exported {} session(s) to {} ({} bytes)",
+            ids.len(),
+            path.display(),
+            bytes.len()
+        );
+    } else {
+        let mut stdout = io::stdout().lock();
+        stdout
+            .write_all(&bytes)
+            .and_then(|()| stdout.flush())
+            .map_err(|e| format!("could not write the bundle to stdout: {e}"))?;
+    }
+    Ok(())
+}
+
+fn exists(path: &Path) -> Failure {
+    format!(
+        "{} already exists: choose another file, or add --force to replace it",
+        path.display()
+    )
+    .into()
+}
+
+/// Writes `bytes` to a new file at `path`, readable by its owner only (0600): to a
+/// temporary file beside it first, then linked into place, so `path` never holds part of
+/// a bundle. Without `force`, an existing `path` is left alone.
+fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<(), Failure> {
+    if path.file_name().is_none() {
+        return Err(format!("{} is not a file name", path.display()).into());
+    }
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let could_not = |e: io::Error| format!("could not write the bundle {}: {e}", path.display());
+    // tempfile creates its files 0600 whatever the umask.
+    let mut temp = tempfile::Builder::new()
+        .prefix(".agent-export-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(could_not)?;
+    temp.write_all(bytes)
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(could_not)?;
+    let placed = if force {
+        temp.persist(path)
+    } else {
+        temp.persist_noclobber(path)
+    };
+    match placed {
+        Ok(_) => {}
+        Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => return Err(exists(path)),
+        Err(e) => return Err(could_not(e.error).into()),
+    }
+    // The new name is durable once its directory is; a failure here loses nothing now.
+    if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
+        eprintln!(
+            "warning: could not sync {} after writing the bundle: {e}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `sessions import`: reads and validates the whole bundle before opening the store, then
+/// imports all of it or nothing.
+pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failure> {
+    let bytes = if file == Path::new("-") {
+        let mut bytes = Vec::new();
+        io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("could not read the bundle from stdin: {e}"))?;
+        bytes
+    } else {
+        fs::read(file).map_err(|e| format!("could not read the bundle {}: {e}", file.display()))?
+    };
+    let bundle =
+        Bundle::from_json(&bytes).map_err(|e| format!("{}: {}", file.display(), chain(&e)))?;
+    let store = crate::open_store(store_dir)?;
+    let ids = if new_ids {
+        ImportIds::Fresh
+    } else {
+        ImportIds::Keep
+    };
+    let imported = store.import(&bundle, &ids).map_err(|e| {
+        let mut failure = Failure::from(e);
+        if let Failure::Error(message) = &mut failure {
+            message.push_str("\nnothing was imported");
+        }
+        failure
+    })?;
+    for session in &imported {
+        println!("imported {} as {}", session.from, session.id);
+    }
+    eprintln!(
+        "imported {} session(s) into {}",
+        imported.len(),
+        store.dir().display()
+    );
+    Ok(())
+}
