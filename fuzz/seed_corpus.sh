@@ -1,7 +1,7 @@
 #!/bin/sh
 # Writes small seed corpora into fuzz/corpus/<target>/ (git-ignored) from the golden
-# fixtures in tests/fixtures/v1/ and, when present, the recorded provider messages in
-# ../shared/fidelity/ (which are not part of this repository and are never committed).
+# fixtures in tests/fixtures/v*/ (every schema version) and, when present, the recorded
+# provider messages in ../shared/fidelity/ (which are not part of this repository and are never committed).
 # Needs jq. Run from anywhere; safe to run again.
 set -eu
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
@@ -11,15 +11,17 @@ mkdir -p "$corpus/decode_snapshot" "$corpus/parse_id" "$corpus/provider_messages
     "$corpus/journal_reader"
 
 # decode_snapshot: every golden snapshot, compact (short inputs mutate faster).
-for fixture in "$repo"/tests/fixtures/v1/*.json; do
+for fixture in "$repo"/tests/fixtures/v*/*.json; do
+    version=$(basename "$(dirname "$fixture")")
     name=$(basename "$fixture" .json)
-    jq -c . "$fixture" | tr -d '\n' > "$corpus/decode_snapshot/$name"
+    jq -c . "$fixture" | tr -d '\n' > "$corpus/decode_snapshot/$version-$name"
 done
 
 # parse_id: the golden ids and a few near-misses.
-for fixture in "$repo"/tests/fixtures/v1/*.json; do
+for fixture in "$repo"/tests/fixtures/v*/*.json; do
+    version=$(basename "$(dirname "$fixture")")
     name=$(basename "$fixture" .json)
-    jq -j .id "$fixture" > "$corpus/parse_id/golden-$name"
+    jq -j .id "$fixture" > "$corpus/parse_id/golden-$version-$name"
 done
 i=0
 for id in a 0 session-1 a_b-c 019a2b3c-4d5e-7f00-8a9b-0c1d2e3f4a5b ../x Caps con lpt1 con1 \

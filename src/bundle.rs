@@ -148,12 +148,6 @@ impl Bundle {
     /// session fails validation (its error is the source), a session is larger than
     /// [`DEFAULT_MAX_SNAPSHOT_BYTES`], or two sessions share an id.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        let refuse =
-            |entry: Option<usize>, problem: String, source: Option<Error>| Error::InvalidBundle {
-                entry,
-                problem,
-                source: source.map(Box::new),
-            };
         let (first, rest) = match memchr::memchr(b'\n', bytes) {
             Some(end) => (&bytes[..end], &bytes[end + 1..]),
             None => (bytes, &[][..]),
@@ -165,14 +159,7 @@ impl Bundle {
             })
         );
         if !is_bundle {
-            return match SessionSnapshot::from_json(bytes) {
-                Ok(snapshot) => Bundle::new(vec![snapshot]),
-                Err(e) => Err(refuse(
-                    None,
-                    "it is neither an export bundle (a first line {\"agent_session_bundle\":1,...}) nor a session snapshot".to_owned(),
-                    Some(e),
-                )),
-            };
+            return Bundle::of_one_snapshot(bytes);
         }
         let ObjectOnly(header): ObjectOnly<Header> = serde_json::from_slice(first)
             .map_err(|e| refuse(None, format!("its header line is malformed ({e})"), None))?;
@@ -204,37 +191,12 @@ impl Bundle {
                 None,
             ));
         }
-        let mut sessions = Vec::with_capacity(lines.len());
-        for (entry, (line, crc)) in lines.into_iter().zip(&header.crc32).enumerate() {
-            if line_crc(line) != *crc {
-                return Err(refuse(
-                    Some(entry),
-                    format!(
-                        "its checksum is {}, not the {crc} the header records: the file was damaged or edited after export",
-                        line_crc(line)
-                    ),
-                    None,
-                ));
-            }
-            if line.len() as u64 > DEFAULT_MAX_SNAPSHOT_BYTES {
-                return Err(refuse(
-                    Some(entry),
-                    format!(
-                        "the session is {} bytes, more than the {DEFAULT_MAX_SNAPSHOT_BYTES}-byte limit of a load",
-                        line.len()
-                    ),
-                    None,
-                ));
-            }
-            let snapshot = SessionSnapshot::from_json(line).map_err(|e| {
-                refuse(
-                    Some(entry),
-                    "the session is not a valid snapshot".to_owned(),
-                    Some(e),
-                )
-            })?;
-            sessions.push(snapshot);
-        }
+        let sessions = lines
+            .into_iter()
+            .zip(&header.crc32)
+            .enumerate()
+            .map(|(entry, (line, crc))| session_line(entry, line, crc))
+            .collect::<Result<Vec<_>>>()?;
         if let Some(id) = first_duplicate(sessions.iter().map(SessionSnapshot::id)) {
             return Err(refuse(None, format!("session {id} appears twice"), None));
         }
@@ -243,6 +205,67 @@ impl Bundle {
             sessions,
         })
     }
+
+    /// A single snapshot file, as a bundle of one.
+    fn of_one_snapshot(bytes: &[u8]) -> Result<Self> {
+        check_size(None, bytes)?;
+        match SessionSnapshot::from_json(bytes) {
+            Ok(snapshot) => Bundle::new(vec![snapshot]),
+            Err(e) => Err(refuse(
+                None,
+                "it is neither an export bundle (a first line {\"agent_session_bundle\":1,...}) nor a session snapshot".to_owned(),
+                Some(e),
+            )),
+        }
+    }
+}
+
+/// The refusal of a bundle, for `entry` (a 0-based session index) if the problem is in one
+/// session.
+fn refuse(entry: Option<usize>, problem: String, source: Option<Error>) -> Error {
+    Error::InvalidBundle {
+        entry,
+        problem,
+        source: source.map(Box::new),
+    }
+}
+
+/// Refuses a snapshot larger than a load would read.
+fn check_size(entry: Option<usize>, bytes: &[u8]) -> Result<()> {
+    if bytes.len() as u64 > DEFAULT_MAX_SNAPSHOT_BYTES {
+        return Err(refuse(
+            entry,
+            format!(
+                "the session is {} bytes, more than the {DEFAULT_MAX_SNAPSHOT_BYTES}-byte limit of a load",
+                bytes.len()
+            ),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// The session on the `entry`-th line after the header, checked against its checksum and
+/// then validated as a load.
+fn session_line(entry: usize, line: &[u8], crc: &str) -> Result<SessionSnapshot> {
+    let found = line_crc(line);
+    if found != crc {
+        return Err(refuse(
+            Some(entry),
+            format!(
+                "its checksum is {found}, not the {crc} the header records: the file was damaged or edited after export"
+            ),
+            None,
+        ));
+    }
+    check_size(Some(entry), line)?;
+    SessionSnapshot::from_json(line).map_err(|e| {
+        refuse(
+            Some(entry),
+            "the session is not a valid snapshot".to_owned(),
+            Some(e),
+        )
+    })
 }
 
 /// The first id that `ids` yields twice.

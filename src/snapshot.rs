@@ -1202,6 +1202,8 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     version: impl Fn(&T) -> u64,
 ) -> Result<T> {
+    // The error of decoding the bytes directly, kept for an older version: it says where.
+    let mut direct_error = None;
     let found = match serde_json::from_slice::<ObjectOnly<T>>(bytes) {
         Ok(ObjectOnly(decoded)) if version(&decoded) == u64::from(SCHEMA_VERSION) => {
             return Ok(decoded)
@@ -1210,7 +1212,10 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
         Err(source) => match serde_json::from_slice(bytes) {
             Ok(VersionProbe {
                 schema_version: Some(found),
-            }) if found != u64::from(SCHEMA_VERSION) => found,
+            }) if found != u64::from(SCHEMA_VERSION) => {
+                direct_error = Some(source);
+                found
+            }
             _ => {
                 return Err(Error::Malformed {
                     location: Location::Bytes,
@@ -1230,7 +1235,15 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
     };
     let ObjectOnly(StrictValue(document)) = serde_json::from_slice(bytes).map_err(malformed)?;
     let upgraded = crate::migrate::upgrade(document, found).map_err(malformed)?;
-    T::deserialize(upgraded).map_err(malformed)
+    T::deserialize(upgraded).map_err(|upgraded_error| {
+        // An error found in the upgraded document has no position. If decoding the bytes
+        // directly failed the same way (same message, plus "at line L column C"), the
+        // problem is in the bytes as written: report it with its position.
+        let same = direct_error
+            .take()
+            .filter(|direct| direct.to_string().starts_with(&upgraded_error.to_string()));
+        malformed(same.unwrap_or(upgraded_error))
+    })
 }
 
 /// Whether this release reads schema version `version`.

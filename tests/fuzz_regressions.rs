@@ -118,21 +118,49 @@ fn every_regression_directory_belongs_to_a_fuzz_target() {
     }
 }
 
-/// The golden snapshots, as (file name, bytes).
+/// The golden snapshots of every schema version, as (`v<N>/<file name>`, bytes): every
+/// `tests/fixtures/v<N>/` directory, which must be exactly the versions this release reads.
 fn golden_fixtures() -> Vec<(String, Vec<u8>)> {
-    let fixtures: Vec<(String, Vec<u8>)> = files_in(&repo().join("tests/fixtures/v1"))
-        .into_iter()
-        .filter(|path| path.extension().is_some_and(|e| e == "json"))
-        .map(|path| {
+    let root = repo().join("tests/fixtures");
+    let mut versions: Vec<u32> =
+        std::fs::read_dir(&root)
+            .unwrap_or_else(|e| panic!("read {}: {e}", root.display()))
+            .filter_map(|entry| {
+                let name = entry.expect("a directory entry").file_name();
+                let name = name.to_string_lossy();
+                let number = name.strip_prefix('v')?;
+                Some(number.parse().unwrap_or_else(|_| {
+                    panic!("tests/fixtures/{name} is not named v<schema version>")
+                }))
+            })
+            .collect();
+    versions.sort_unstable();
+    assert_eq!(
+        versions,
+        (agent_session::OLDEST_SCHEMA_VERSION..=agent_session::SCHEMA_VERSION)
+            .collect::<Vec<u32>>(),
+        "a golden fixture directory per schema version this release reads"
+    );
+    let mut fixtures: Vec<(String, Vec<u8>)> = Vec::new();
+    for version in versions {
+        let files: Vec<PathBuf> = files_in(&root.join(format!("v{version}")))
+            .into_iter()
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .collect();
+        assert!(
+            files.len() >= 5,
+            "the golden fixtures of schema version {version} are missing"
+        );
+        for path in files {
             let name = path
                 .file_name()
                 .expect("a file name")
                 .to_string_lossy()
                 .into_owned();
-            (name, std::fs::read(&path).expect("read a golden fixture"))
-        })
-        .collect();
-    assert!(fixtures.len() >= 5, "the golden fixtures are missing");
+            let bytes = std::fs::read(&path).expect("read a golden fixture");
+            fixtures.push((format!("v{version}/{name}"), bytes));
+        }
+    }
     fixtures
 }
 

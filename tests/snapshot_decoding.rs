@@ -1,16 +1,21 @@
 //! Hostile and malformed snapshot bytes, decoded directly with `SessionSnapshot::from_json`
 //! and read from a `FileSessionStore`: every one is a typed error, never a panic, and a
-//! failed read changes no stored byte. Also the golden fixtures in `tests/fixtures/v1/`,
-//! which every future release must keep reading.
+//! failed read changes no stored byte. Also the golden fixtures in `tests/fixtures/v<N>/`,
+//! one directory per schema version, which every future release must keep reading.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 
 use agent_session::{
-    Error, ErrorKind, FileSessionStore, Location, Revision, SessionStore, ToolCallStatus,
+    ContentBlock, Error, ErrorKind, FileSessionStore, ForkAt, ListScope, Location, Message,
+    Revision, SessionSnapshot, SessionStore, ToolCallStatus, Usage, OLDEST_SCHEMA_VERSION,
     SCHEMA_VERSION,
 };
 use serde_json::{json, Value};
+
+#[path = "support/golden.rs"]
+mod golden;
 
 use support::{
     base_json, base_snapshot, base_value, decode, encode, expect_inconsistent, expect_malformed,
@@ -1102,21 +1107,21 @@ fn inconsistent_file_in_a_store_is_corrupt_and_says_what() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Golden fixtures.
+// Golden fixtures: `tests/fixtures/v<N>/`, one directory per schema version, each written
+// once by the release that wrote that version (see `tests/support/golden.rs`).
 // ---------------------------------------------------------------------------------------
 
-fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
-}
-
-/// Writes any golden fixture that does not exist yet; never rewrites one. Run once when a
-/// case is added: `cargo test --test snapshot_decoding write_missing_golden_fixtures -- --ignored`.
+/// Writes any golden fixture of the current schema version that does not exist yet, into
+/// `tests/fixtures/v<SCHEMA_VERSION>/`. It never rewrites a file, and never writes another
+/// version's directory: those hold what older releases wrote. Run once when a case or a
+/// schema version is added:
+/// `cargo test --test snapshot_decoding write_missing_golden_fixtures -- --ignored`.
 #[test]
-#[ignore = "writes tests/fixtures/v1; run by hand when adding a golden case"]
+#[ignore = "writes tests/fixtures/v<SCHEMA_VERSION>; run by hand when adding a golden case"]
 fn write_missing_golden_fixtures() {
-    let dir = fixtures_dir();
+    let dir = golden::dir(SCHEMA_VERSION);
     fs::create_dir_all(&dir).expect("create fixtures dir");
-    for (name, snapshot) in golden::cases() {
+    for (name, snapshot) in golden::cases(SCHEMA_VERSION) {
         let path = dir.join(format!("{name}.json"));
         if path.exists() {
             continue;
@@ -1129,165 +1134,507 @@ fn write_missing_golden_fixtures() {
             reparsed, original,
             "{name}: pretty-printing changed the value"
         );
-        fs::write(&path, pretty + "\n").expect("write fixture");
+        // `create_new`: a file that appeared meanwhile is not overwritten either.
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .expect("create fixture");
+        file.write_all((pretty + "\n").as_bytes())
+            .expect("write fixture");
     }
-    for (name, snapshot) in golden::cases() {
+    for (name, snapshot) in golden::cases(SCHEMA_VERSION) {
         let bytes = fs::read(dir.join(format!("{name}.json"))).expect("fixture exists");
         assert_eq!(decode(&bytes, name).expect("decodes"), snapshot, "{name}");
     }
 }
 
 #[test]
-fn golden_fixture_set_is_complete() {
-    let mut on_disk: Vec<String> = fs::read_dir(fixtures_dir())
-        .expect("tests/fixtures/v1 exists")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
-    let mut expected: Vec<String> = golden::cases()
-        .into_iter()
-        .map(|(name, _)| format!("{name}.json"))
-        .collect();
-    expected.sort();
-    assert_eq!(on_disk, expected);
+fn fixture_directories_are_exactly_the_schema_versions_this_release_reads() {
+    let versions = golden::versions_on_disk();
+    if let Err(problem) = golden::check_versions(&versions) {
+        panic!("{problem}");
+    }
+    assert_eq!(
+        versions,
+        (OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).collect::<Vec<u32>>()
+    );
 }
 
 #[test]
-fn golden_fixtures_decode_and_reencode_to_the_same_json_value() {
-    for (name, _) in golden::cases() {
-        let bytes = golden::read(name);
+fn a_fixture_directory_of_a_version_outside_the_supported_range_fails_the_check() {
+    let supported: Vec<u32> = (OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).collect();
+    assert_eq!(golden::check_versions(&supported), Ok(()));
+
+    let newer = SCHEMA_VERSION + 1;
+    let with_newer: Vec<u32> = supported.iter().copied().chain([newer]).collect();
+    let problem = golden::check_versions(&with_newer).expect_err("a newer version's fixtures");
+    assert!(
+        problem.contains(&format!("tests/fixtures/v{newer}")),
+        "{problem}"
+    );
+
+    let older = OLDEST_SCHEMA_VERSION - 1;
+    let with_older: Vec<u32> = [older].into_iter().chain(supported.clone()).collect();
+    let problem = golden::check_versions(&with_older).expect_err("a version no longer read");
+    assert!(
+        problem.contains(&format!("tests/fixtures/v{older}")),
+        "{problem}"
+    );
+
+    for missing in &supported {
+        let without: Vec<u32> = supported.iter().copied().filter(|v| v != missing).collect();
+        let problem = golden::check_versions(&without).expect_err("a version without fixtures");
         assert!(
-            bytes.contains(&b'\n') && bytes.windows(2).any(|w| w == b"  "),
-            "{name}: fixtures are pretty-printed so the decoder's whitespace handling is exercised"
+            problem.contains(&format!("tests/fixtures/v{missing}")),
+            "{problem}"
         );
-        let snapshot = decode(&bytes, name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let mut on_disk: Value = serde_json::from_slice(&bytes).expect("fixture is JSON");
-        // Version 1 files are re-encoded in the current version, which differs from
-        // version 1 only by the version number (and by `lineage`, which they lack).
-        on_disk["schema_version"] = json!(SCHEMA_VERSION);
-        let reencoded: Value = serde_json::from_slice(&encode(&snapshot)).expect("JSON");
-        assert_eq!(reencoded, on_disk, "{name}");
-        // And the re-encoded form decodes to the same snapshot.
+    }
+}
+
+#[test]
+fn golden_fixture_set_of_every_version_is_complete() {
+    for version in golden::versions_on_disk() {
+        let mut on_disk: Vec<String> = fs::read_dir(golden::dir(version))
+            .expect("the fixture directory exists")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
         assert_eq!(
-            decode(&encode(&snapshot), name).expect("decodes"),
-            snapshot,
+            on_disk,
+            golden::file_names(version),
+            "tests/fixtures/v{version}"
+        );
+    }
+    // Every case of an older version is still a case of the current one, so every older
+    // file has a current counterpart to be compared with.
+    let current = golden::file_names(SCHEMA_VERSION);
+    for version in OLDEST_SCHEMA_VERSION..SCHEMA_VERSION {
+        for name in golden::file_names(version) {
+            assert!(
+                current.contains(&name),
+                "v{version}/{name} has no current case"
+            );
+        }
+    }
+    // The current version's files use what it added: a fork's lineage.
+    assert!(golden::cases(SCHEMA_VERSION)
+        .iter()
+        .any(|(_, snapshot)| snapshot.lineage().is_some()));
+}
+
+#[test]
+fn golden_fixtures_of_every_version_decode_to_the_snapshots_they_were_built_from() {
+    for version in golden::versions_on_disk() {
+        for (name, expected) in golden::cases(version) {
+            let what = format!("v{version}/{name}");
+            let snapshot = decode(&golden::read(version, name), &what)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(snapshot, expected, "{what}");
+            assert_eq!(snapshot.schema_version(), SCHEMA_VERSION, "{what}");
+            // The same snapshot as the current version's file of that name.
+            let current = decode(&golden::read(SCHEMA_VERSION, name), name).expect("decodes");
+            assert_eq!(snapshot, current, "{what}");
+        }
+    }
+}
+
+#[test]
+fn golden_fixtures_of_every_version_reencode_to_the_current_version_json() {
+    for version in golden::versions_on_disk() {
+        for (name, _) in golden::cases(version) {
+            let what = format!("v{version}/{name}");
+            let bytes = golden::read(version, name);
+            assert!(
+                bytes.contains(&b'\n') && bytes.windows(2).any(|w| w == b"  "),
+                "{what}: fixtures are pretty-printed so the decoder's whitespace handling is exercised"
+            );
+            let snapshot = decode(&bytes, &what).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let reencoded_bytes = encode(&snapshot);
+            let reencoded: Value = serde_json::from_slice(&reencoded_bytes).expect("JSON");
+            let current_bytes = golden::read(SCHEMA_VERSION, name);
+            let current: Value = serde_json::from_slice(&current_bytes).expect("JSON");
+            assert_eq!(reencoded, current, "{what}: re-encoded");
+            assert_eq!(reencoded["schema_version"], json!(SCHEMA_VERSION), "{what}");
+            // The file differs from the current one exactly as the version history says.
+            let on_disk: Value = serde_json::from_slice(&bytes).expect("fixture is JSON");
+            assert_eq!(on_disk["schema_version"], json!(version), "{what}");
+            assert_eq!(golden::upgraded_json(version, on_disk), current, "{what}");
+            // The current version's file is byte for byte what this release writes,
+            // pretty-printed: same keys, same order, same number spelling.
+            assert_eq!(
+                golden::pretty(&reencoded_bytes) + "\n",
+                String::from_utf8(current_bytes).expect("UTF-8"),
+                "{what}"
+            );
+            assert_eq!(
+                decode(&reencoded_bytes, &what).expect("decodes"),
+                snapshot,
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn version_1_fixtures_differ_from_their_version_2_files_only_in_the_version_number() {
+    for (name, _) in golden::cases(1) {
+        let v1 = String::from_utf8(golden::read(1, name)).expect("UTF-8");
+        let v2 = String::from_utf8(golden::read(2, name)).expect("UTF-8");
+        assert_eq!(v1.matches("\"schema_version\": 1,").count(), 1, "{name}");
+        assert_eq!(
+            v1.replacen("\"schema_version\": 1,", "\"schema_version\": 2,", 1),
+            v2,
+            "{name}"
+        );
+        assert!(!v1.contains("\"lineage\""), "{name}");
+    }
+}
+
+#[test]
+fn golden_fixtures_of_every_version_load_from_a_file_store_and_can_be_continued() {
+    for version in golden::versions_on_disk() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let store = FileSessionStore::open(tmp.path()).expect("open");
+        let cases = golden::cases(version);
+        for (name, expected) in &cases {
+            let what = format!("v{version}/{name}");
+            support::write_private(&store.path_of(expected.id()), &golden::read(version, name));
+            assert_eq!(&store.load(expected.id()).expect(&what), expected, "{what}");
+        }
+        let listing = store.list().expect("list");
+        assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
+        assert_eq!(listing.sessions.len(), cases.len(), "v{version}");
+        for summary in &listing.sessions {
+            let (name, expected) = cases
+                .iter()
+                .find(|(_, s)| s.id() == &summary.id)
+                .expect("a listed golden session");
+            let what = format!("v{version}/{name}");
+            assert_eq!(summary.revision, expected.revision(), "{what}");
+            assert_eq!(summary.message_count, expected.transcript().len(), "{what}");
+            assert_eq!(summary.lineage.as_ref(), expected.lineage(), "{what}");
+            assert!(!summary.archived, "{what}");
+        }
+
+        // A store continues each golden session by appending to the file as it is: an
+        // older version's base stays as that release wrote it.
+        for (name, expected) in &cases {
+            let what = format!("v{version}/{name}");
+            let base_path = store.path_of(expected.id());
+            let base_before = fs::read(&base_path).expect("read base");
+            let next = store
+                .load(expected.id())
+                .expect(&what)
+                .with_appended(
+                    vec![
+                        Message::user("One more thing."),
+                        Message::assistant(vec![ContentBlock::text("Done.")]),
+                    ],
+                    vec![Usage::new("m").with_tokens(5, 1)],
+                    expected.updated_at() + chrono::Duration::seconds(1),
+                )
+                .expect(&what);
+            let revision = store.save(&next).expect(&what);
+            assert_eq!(revision, expected.revision().next(), "{what}");
+            assert_eq!(
+                fs::read(&base_path).expect("read base"),
+                base_before,
+                "{what}: the save appended instead of rewriting the base"
+            );
+            let journal = fs::metadata(base_path.with_extension("journal")).expect(&what);
+            assert!(journal.len() > 0, "{what}");
+            let reopened = FileSessionStore::open(tmp.path()).expect("open again");
+            assert_eq!(
+                reopened.load(expected.id()).expect(&what),
+                next.clone().with_revision(revision),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_archived_version_1_base_appended_to_and_then_compacted_becomes_a_version_2_file_that_loads_equal(
+) {
+    let name = "usage_with_costs";
+    let original = golden::read(1, name);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let store = FileSessionStore::open(tmp.path()).expect("open");
+    let id = golden::case(1, name).id().clone();
+    let base_path = store.path_of(&id);
+    let journal_path = base_path.with_extension("journal");
+    support::write_private(&base_path, &original);
+    // Archived first: the marker is a file of its own, which no save touches.
+    store.set_archived(&id, true).expect("archive");
+    let marker = tmp.path().join(format!("{id}.archived"));
+    let marker_stamp = fs::metadata(&marker)
+        .expect("the archive marker")
+        .modified()
+        .expect("mtime");
+
+    // Turns of 20 kB: the journal passes its 64 KiB bound after a few, and the save that
+    // would pass it rewrites the whole session instead.
+    let mut current = store.load(&id).expect("load the v1 base");
+    let mut appends = 0;
+    let mut compacted = false;
+    for turn in 0..20 {
+        let next = current
+            .clone()
+            .with_appended(
+                vec![
+                    Message::user(format!("{turn}: {}", "x".repeat(20_000))),
+                    Message::assistant(vec![ContentBlock::text("Noted.")]),
+                ],
+                vec![Usage::new("claude-haiku-4-5").with_tokens(5_000, 2)],
+                golden::updated() + chrono::Duration::seconds(i64::from(turn) + 1),
+            )
+            .expect("append a turn");
+        let revision = store.save(&next).expect("save a turn");
+        current = store.load(&id).expect("load after a save");
+        assert_eq!(current, next.with_revision(revision), "turn {turn}");
+        if fs::read(&base_path).expect("read base") != original {
+            compacted = true;
+            break;
+        }
+        appends += 1;
+        assert!(fs::metadata(&journal_path).expect("journal").len() > 0);
+    }
+    assert!(compacted, "the journal was never compacted");
+    assert!(appends >= 2, "only {appends} saves appended to the v1 base");
+
+    let base = fs::read(&base_path).expect("read base");
+    assert!(
+        base.starts_with(format!("{{\"schema_version\":{SCHEMA_VERSION},").as_bytes()),
+        "the compacted base is written in the current version: {}",
+        String::from_utf8_lossy(&base[..40])
+    );
+    assert_eq!(
+        fs::metadata(&journal_path).map_or(0, |m| m.len()),
+        0,
+        "the journal is emptied by the compaction"
+    );
+    assert_eq!(
+        decode(&base, "the compacted base").expect("decodes"),
+        current
+    );
+    assert_eq!(base, encode(&current), "the base is what to_json writes");
+    let reopened = FileSessionStore::open(tmp.path()).expect("open again");
+    assert_eq!(reopened.load(&id).expect("load"), current);
+    // The first messages are still the golden ones.
+    let golden_messages = golden::case(1, name).transcript().to_vec();
+    assert_eq!(
+        &current.transcript()[..golden_messages.len()],
+        &golden_messages[..]
+    );
+
+    // Still archived, by the same empty private marker; a delete removes it.
+    let meta = fs::metadata(&marker).expect("the archive marker survives the saves");
+    assert_eq!(meta.len(), 0);
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.modified().expect("mtime"), marker_stamp);
+    let archived = reopened
+        .list_scoped(ListScope::Archived)
+        .expect("list archived");
+    assert_eq!(archived.sessions.len(), 1);
+    assert!(archived.sessions[0].archived);
+    assert_eq!(archived.sessions[0].revision, current.revision());
+    assert!(reopened.list().expect("list").sessions.is_empty());
+    reopened.delete(&id).expect("delete");
+    assert!(!marker.exists(), "the marker goes with the session");
+}
+
+#[test]
+fn golden_fixtures_of_every_version_keep_their_details() {
+    for version in golden::versions_on_disk() {
+        let load = |name: &str| {
+            decode(&golden::read(version, name), name)
+                .unwrap_or_else(|e| panic!("v{version}/{name}: {e}"))
+        };
+
+        let minimal = load("minimal");
+        assert!(minimal.transcript().is_empty() && minimal.metadata().is_empty());
+        assert_eq!(minimal.title(), None);
+        assert_eq!(minimal.created_at(), golden::created());
+        assert_eq!(minimal.lineage(), None);
+
+        let interrupted = load("tool_calls_with_interrupted");
+        let statuses: Vec<ToolCallStatus> =
+            interrupted.tool_calls().iter().map(|r| r.status).collect();
+        assert_eq!(statuses, [ToolCallStatus::Ok, ToolCallStatus::Interrupted]);
+        let record = &interrupted.tool_calls()[1];
+        let block = |at: agent_session::BlockPosition| {
+            &interrupted.transcript()[at.message].content[at.block]
+        };
+        match block(record.result_at) {
+            ContentBlock::ToolResult(result) => {
+                assert!(result.is_error);
+                assert_eq!(result.output.as_text(), Some(golden::INTERRUPTED_TEXT));
+            }
+            other => panic!("record points at {other:?}"),
+        }
+        match block(record.call_at) {
+            ContentBlock::ToolCall(call) => assert_eq!(
+                call.arguments,
+                agent_session::ToolArguments::Text("{\"path\":  \"big.bin\"}".into()),
+                "raw arguments are kept byte for byte"
+            ),
+            other => panic!("record points at {other:?}"),
+        }
+
+        let errors = load("tool_call_errors");
+        let statuses: Vec<ToolCallStatus> = errors.tool_calls().iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                ToolCallStatus::Error,
+                ToolCallStatus::Ok,
+                ToolCallStatus::Error
+            ]
+        );
+
+        let usage = load("usage_with_costs");
+        let totals = usage.totals();
+        assert_eq!(totals.completions, 3);
+        assert_eq!(totals.input_tokens, 1_234 + 50_000 + 7);
+        assert_eq!(totals.cache_read_tokens, 40_000);
+        assert_eq!(totals.cost, golden::usage_total_cost());
+
+        let floats = load("metadata_with_floats");
+        for (key, expected) in golden::float_metadata() {
+            let got = floats.metadata()[key].as_f64().expect("a number");
+            assert_eq!(
+                got.to_bits(),
+                expected.to_bits(),
+                "v{version} {key}: {got:e} != {expected:e}"
+            );
+            assert!(floats.metadata()[key].is_f64(), "{key} stays a float");
+        }
+        assert_eq!(floats.metadata()["u64_max"], json!(u64::MAX));
+        assert_eq!(floats.metadata()["i64_min"], json!(i64::MIN));
+    }
+}
+
+#[test]
+fn golden_provider_transcripts_of_every_version_convert_back_to_the_exact_wire_json() {
+    for version in golden::versions_on_disk() {
+        let openai =
+            decode(&golden::read(version, "openai_chat_transcript"), "openai").expect("decodes");
+        let back: Vec<Value> = openai
+            .transcript()
+            .iter()
+            .map(|m| m.to_openai_chat().expect("to OpenAI"))
+            .collect();
+        assert_eq!(back, golden::openai_wire(), "v{version}");
+
+        let anthropic =
+            decode(&golden::read(version, "anthropic_transcript"), "anthropic").expect("decodes");
+        let back: Vec<Value> = anthropic
+            .transcript()
+            .iter()
+            .map(|m| m.to_anthropic().expect("to Anthropic"))
+            .collect();
+        assert_eq!(back, golden::anthropic_wire(), "v{version}");
+        assert_eq!(
+            anthropic.tool_calls()[0].tool_name,
+            "read_file",
+            "tool_use became a tool call"
+        );
+    }
+}
+
+#[test]
+fn golden_forks_record_their_parent_and_are_what_fork_makes() {
+    let load = |version: u32, name: &str| {
+        decode(&golden::read(version, name), name).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+
+    let fork = load(SCHEMA_VERSION, "fork_of_openai_chat_transcript");
+    let lineage = fork.lineage().expect("a fork has a lineage");
+    assert_eq!(lineage.parent.as_str(), "golden-openai-chat-transcript");
+    assert_eq!(lineage.parent_revision, Revision::from_u64(6));
+    assert_eq!(lineage.fork_point, 6);
+    assert_eq!(lineage.forked_at, golden::forked());
+    assert_eq!(fork.created_at(), golden::forked());
+    // Forked from the parent as written by every release (version 1 included), at the
+    // end of its first turn and continued, it is the golden fork, times aside.
+    for version in golden::versions_on_disk() {
+        let parent = load(version, "openai_chat_transcript");
+        let made = parent
+            .fork(fork.id().clone(), ForkAt::Turns(1))
+            .expect("fork at a turn boundary")
+            .with_appended(
+                golden::fork_of_openai_continuation(),
+                golden::fork_of_openai_usage(),
+                chrono::Utc::now(),
+            )
+            .expect("continue the fork");
+        assert_same_fork(&made, &fork, &format!("a fork of v{version}"));
+    }
+
+    let fork = load(SCHEMA_VERSION, "fork_of_usage_with_costs");
+    let lineage = fork.lineage().expect("a fork has a lineage");
+    assert_eq!(lineage.parent.as_str(), "golden-usage-with-costs");
+    assert_eq!(lineage.parent_revision, Revision::from_u64(4));
+    assert_eq!(lineage.fork_point, 4);
+    assert!(fork.usage().is_empty(), "a fork's usage starts empty");
+    for version in golden::versions_on_disk() {
+        let parent = load(version, "usage_with_costs");
+        let made = parent
+            .fork(fork.id().clone(), ForkAt::Turns(2))
+            .expect("fork at a turn boundary");
+        assert_same_fork(&made, &fork, &format!("a fork of v{version}"));
+    }
+
+    // In the file, `lineage` follows `metadata`, with its fields in the documented order;
+    // a session that is not a fork has no `lineage` key at all.
+    let text = String::from_utf8(golden::read(
+        SCHEMA_VERSION,
+        "fork_of_openai_chat_transcript",
+    ))
+    .expect("UTF-8");
+    let at = |key: &str| {
+        text.find(&format!("\"{key}\": "))
+            .unwrap_or_else(|| panic!("{key} is written"))
+    };
+    let order = [
+        "metadata",
+        "lineage",
+        "parent",
+        "parent_revision",
+        "fork_point",
+        "forked_at",
+        "transcript",
+    ];
+    for pair in order.windows(2) {
+        assert!(at(pair[0]) < at(pair[1]), "{} before {}", pair[0], pair[1]);
+    }
+    for (name, snapshot) in golden::cases(SCHEMA_VERSION) {
+        let value: Value =
+            serde_json::from_slice(&golden::read(SCHEMA_VERSION, name)).expect("JSON");
+        assert_eq!(
+            value.get("lineage").is_some(),
+            snapshot.lineage().is_some(),
             "{name}"
         );
     }
 }
 
-#[test]
-fn golden_fixtures_decode_to_the_snapshots_they_were_built_from() {
-    for (name, expected) in golden::cases() {
-        let snapshot = decode(&golden::read(name), name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(snapshot, expected, "{name}");
-        assert_eq!(snapshot.schema_version(), SCHEMA_VERSION);
-    }
-}
-
-#[test]
-fn golden_fixtures_load_from_a_file_store() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let store = FileSessionStore::open(tmp.path()).expect("open");
-    let cases = golden::cases();
-    for (name, expected) in &cases {
-        support::write_private(&store.path_of(expected.id()), &golden::read(name));
-        assert_eq!(&store.load(expected.id()).expect(name), expected, "{name}");
-    }
-    let listing = store.list().expect("list");
-    assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
-    assert_eq!(listing.sessions.len(), cases.len());
-    // A store can continue a golden session.
-    let (_, minimal) = &cases[0];
-    let revision = store.save(minimal).expect("save over a golden fixture");
-    assert_eq!(revision, minimal.revision().next());
-}
-
-#[test]
-fn golden_fixtures_keep_their_details() {
-    let load = |name: &str| decode(&golden::read(name), name).expect("decodes");
-
-    let minimal = load("minimal");
-    assert!(minimal.transcript().is_empty() && minimal.metadata().is_empty());
-    assert_eq!(minimal.title(), None);
-    assert_eq!(minimal.created_at(), golden::created());
-
-    let interrupted = load("tool_calls_with_interrupted");
-    let statuses: Vec<ToolCallStatus> = interrupted.tool_calls().iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [ToolCallStatus::Ok, ToolCallStatus::Interrupted]);
-    let record = &interrupted.tool_calls()[1];
-    let block =
-        |at: agent_session::BlockPosition| &interrupted.transcript()[at.message].content[at.block];
-    match block(record.result_at) {
-        agent_session::ContentBlock::ToolResult(result) => {
-            assert!(result.is_error);
-            assert_eq!(result.output.as_text(), Some(golden::INTERRUPTED_TEXT));
-        }
-        other => panic!("record points at {other:?}"),
-    }
-    match block(record.call_at) {
-        agent_session::ContentBlock::ToolCall(call) => assert_eq!(
-            call.arguments,
-            agent_session::ToolArguments::Text("{\"path\":  \"big.bin\"}".into()),
-            "raw arguments are kept byte for byte"
-        ),
-        other => panic!("record points at {other:?}"),
-    }
-
-    let errors = load("tool_call_errors");
-    let statuses: Vec<ToolCallStatus> = errors.tool_calls().iter().map(|r| r.status).collect();
-    assert_eq!(
-        statuses,
-        [
-            ToolCallStatus::Error,
-            ToolCallStatus::Ok,
-            ToolCallStatus::Error
-        ]
+/// Asserts `made` is the fork `golden` except for the times a fork takes from the clock.
+fn assert_same_fork(made: &SessionSnapshot, golden: &SessionSnapshot, what: &str) {
+    assert_eq!(made.id(), golden.id(), "{what}");
+    assert_eq!(made.options(), golden.options(), "{what}");
+    assert_eq!(made.metadata(), golden.metadata(), "{what}");
+    assert_eq!(made.transcript(), golden.transcript(), "{what}");
+    assert_eq!(made.tool_calls(), golden.tool_calls(), "{what}");
+    assert_eq!(made.usage(), golden.usage(), "{what}");
+    let (made, golden) = (
+        made.lineage().expect("made a fork"),
+        golden.lineage().expect("a golden fork"),
     );
-
-    let usage = load("usage_with_costs");
-    let totals = usage.totals();
-    assert_eq!(totals.completions, 3);
-    assert_eq!(totals.input_tokens, 1_234 + 50_000 + 7);
-    assert_eq!(totals.cache_read_tokens, 40_000);
-    assert_eq!(totals.cost, golden::usage_total_cost());
-
-    let floats = load("metadata_with_floats");
-    for (key, expected) in golden::float_metadata() {
-        let got = floats.metadata()[key].as_f64().expect("a number");
-        assert_eq!(
-            got.to_bits(),
-            expected.to_bits(),
-            "{key}: {got:e} != {expected:e}"
-        );
-        assert!(floats.metadata()[key].is_f64(), "{key} stays a float");
-    }
-    assert_eq!(floats.metadata()["u64_max"], json!(u64::MAX));
-    assert_eq!(floats.metadata()["i64_min"], json!(i64::MIN));
-}
-
-#[test]
-fn golden_provider_transcripts_convert_back_to_the_exact_wire_json() {
-    let openai = decode(&golden::read("openai_chat_transcript"), "openai").expect("decodes");
-    let back: Vec<Value> = openai
-        .transcript()
-        .iter()
-        .map(|m| m.to_openai_chat().expect("to OpenAI"))
-        .collect();
-    assert_eq!(back, golden::openai_wire());
-
-    let anthropic = decode(&golden::read("anthropic_transcript"), "anthropic").expect("decodes");
-    let back: Vec<Value> = anthropic
-        .transcript()
-        .iter()
-        .map(|m| m.to_anthropic().expect("to Anthropic"))
-        .collect();
-    assert_eq!(back, golden::anthropic_wire());
-    assert_eq!(
-        anthropic.tool_calls()[0].tool_name,
-        "read_file",
-        "tool_use became a tool call"
-    );
+    assert_eq!(made.parent, golden.parent, "{what}");
+    assert_eq!(made.parent_revision, golden.parent_revision, "{what}");
+    assert_eq!(made.fork_point, golden.fork_point, "{what}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1636,344 +1983,5 @@ mod support {
             what.starts_with("snapshot id of") || SessionSnapshot::from_json(bytes).is_err()
         });
         corpus
-    }
-}
-
-/// The golden cases: each is built with the public API, with fixed ids and timestamps, and
-/// was written once to `tests/fixtures/v1/<name>.json` by `write_missing_golden_fixtures`.
-mod golden {
-    use std::fs;
-
-    use agent_session::{
-        ContentBlock, Cost, Message, Revision, SessionId, SessionSnapshot, ToolCall, ToolOutput,
-        ToolResult, Usage,
-    };
-    use chrono::{DateTime, TimeZone, Utc};
-    use serde_json::{json, Value};
-
-    /// The interrupted-call output of release 0.1, spelled out so the golden case does not
-    /// follow later changes of `INTERRUPTED_OUTPUT`.
-    pub const INTERRUPTED_TEXT: &str = "interrupted: the turn was cancelled before this tool call returned a result; it was not run again";
-
-    pub fn read(name: &str) -> Vec<u8> {
-        let path = super::fixtures_dir().join(format!("{name}.json"));
-        fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-    }
-
-    pub fn created() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2025, 1, 2, 3, 4, 5)
-            .single()
-            .expect("date")
-            + chrono::Duration::nanoseconds(123_456_789)
-    }
-
-    fn updated() -> DateTime<Utc> {
-        created() + chrono::Duration::seconds(90)
-    }
-
-    fn id(name: &str) -> SessionId {
-        SessionId::parse(&format!("golden-{}", name.replace('_', "-"))).expect("id")
-    }
-
-    pub fn cases() -> Vec<(&'static str, SessionSnapshot)> {
-        vec![
-            ("minimal", minimal()),
-            ("tool_calls_with_interrupted", tool_calls_with_interrupted()),
-            ("tool_call_errors", tool_call_errors()),
-            ("usage_with_costs", usage_with_costs()),
-            ("metadata_with_floats", metadata_with_floats()),
-            ("openai_chat_transcript", openai_chat_transcript()),
-            ("anthropic_transcript", anthropic_transcript()),
-        ]
-    }
-
-    fn minimal() -> SessionSnapshot {
-        SessionSnapshot::builder(id("minimal"), "gpt-4o-mini")
-            .max_turns(16)
-            .timestamps(created(), created())
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(1))
-    }
-
-    fn tool_calls_with_interrupted() -> SessionSnapshot {
-        SessionSnapshot::builder(id("tool_calls_with_interrupted"), "gpt-4o")
-            .system_prompt("You may use tools.")
-            .max_turns(6)
-            .timestamps(created(), updated())
-            .transcript(vec![
-                Message::user("List the files, then read the big one."),
-                Message::assistant(vec![
-                    ContentBlock::text("Listing first."),
-                    ContentBlock::ToolCall(ToolCall::new(
-                        "call_list",
-                        "list_dir",
-                        json!({"path": ".", "hidden": false}),
-                    )),
-                ]),
-                Message::tool_result(ToolResult::new("call_list", "a.txt\nbig.bin")),
-                Message::assistant(vec![ContentBlock::ToolCall(ToolCall::with_raw_arguments(
-                    "call_read",
-                    "read_file",
-                    "{\"path\":  \"big.bin\"}",
-                ))]),
-                Message::tool_result(ToolResult::error("call_read", INTERRUPTED_TEXT)),
-            ])
-            .interrupted("call_read")
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(3))
-    }
-
-    fn tool_call_errors() -> SessionSnapshot {
-        SessionSnapshot::builder(id("tool_call_errors"), "gpt-4o")
-            .max_turns(8)
-            .timestamps(created(), updated())
-            .transcript(vec![
-                Message::user("Clean up and report."),
-                Message::assistant(vec![
-                    ContentBlock::ToolCall(ToolCall::new("call_rm", "rm", json!({"path": "/"}))),
-                    ContentBlock::ToolCall(ToolCall::new("call_df", "df", json!(null))),
-                    ContentBlock::ToolCall(ToolCall::new(
-                        "call_net",
-                        "http_get",
-                        json!({"url": "https://example.invalid"}),
-                    )),
-                ]),
-                // Answered out of order, with text and block outputs.
-                Message::tool_result(ToolResult::error(
-                    "call_net",
-                    ToolOutput::Blocks(vec![
-                        ContentBlock::text("dns lookup failed"),
-                        ContentBlock::Other {
-                            value: json!({"type": "diagnostic", "code": -3008}),
-                        },
-                    ]),
-                )),
-                Message::tool_result(ToolResult::new("call_df", "/dev/sda1 42%")),
-                Message::tool_result(ToolResult::error("call_rm", "permission denied")),
-                Message::assistant(vec![ContentBlock::text(
-                    "Two of three tools failed; disk is 42% full.",
-                )]),
-            ])
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(2))
-    }
-
-    pub fn usage_total_cost() -> Cost {
-        usage_records().iter().map(|u| u.cost).sum()
-    }
-
-    fn usage_records() -> Vec<Usage> {
-        let price_in = Cost::parse_usd("3").expect("price");
-        let price_out = Cost::parse_usd("15").expect("price");
-        vec![
-            Usage::new("claude-sonnet-4-5")
-                .with_tokens(1_234, 321)
-                .with_cost(
-                    Cost::per_million_tokens(price_in, 1_234)
-                        + Cost::per_million_tokens(price_out, 321),
-                ),
-            Usage::new("claude-sonnet-4-5")
-                .with_tokens(50_000, 2_000)
-                .with_cache_tokens(40_000, 10_000)
-                .with_cost(Cost::parse_usd("0.1875").expect("cost")),
-            Usage::new("claude-haiku-4-5")
-                .with_tokens(7, 1)
-                .with_cost(Cost::from_nano_usd(1)),
-        ]
-    }
-
-    fn usage_with_costs() -> SessionSnapshot {
-        SessionSnapshot::builder(id("usage_with_costs"), "claude-sonnet-4-5")
-            .max_turns(4)
-            .timestamps(created(), updated())
-            .transcript(vec![
-                Message::user("Summarise the report."),
-                Message::assistant(vec![ContentBlock::text("It says costs went down.")]),
-                Message::user("And in one word?"),
-                Message::assistant(vec![ContentBlock::text("Down.")]),
-                Message::user("Thanks"),
-                Message::assistant(vec![ContentBlock::text("You're welcome.")]),
-            ])
-            .usage(usage_records())
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(4))
-    }
-
-    pub fn float_metadata() -> Vec<(&'static str, f64)> {
-        vec![
-            ("pi", std::f64::consts::PI),
-            ("tenth", 0.1),
-            ("sum", 0.1 + 0.2),
-            ("money", 228.03),
-            ("one", 1.0),
-            ("neg_zero", -0.0),
-            ("tiny", 5e-324),
-            ("small", 1e-7),
-            ("max", f64::MAX),
-            ("min_positive", f64::MIN_POSITIVE),
-            ("negative", -2.5e-8),
-        ]
-    }
-
-    fn metadata_with_floats() -> SessionSnapshot {
-        let mut builder = SessionSnapshot::builder(id("metadata_with_floats"), "gpt-4o-mini")
-            .max_turns(2)
-            .timestamps(created(), updated())
-            .metadata_entry("title", json!("Floats in metadata"))
-            .metadata_entry("u64_max", json!(u64::MAX))
-            .metadata_entry("i64_min", json!(i64::MIN))
-            .metadata_entry(
-                "nested",
-                json!({"weights": [0.25, 1e21, -1.5e-300], "flag": true, "none": null}),
-            );
-        for (key, value) in float_metadata() {
-            builder = builder.metadata_entry(key, json!(value));
-        }
-        builder
-            .transcript(vec![Message::user("Keep these numbers exact.")])
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(5))
-    }
-
-    pub fn openai_wire() -> Vec<Value> {
-        vec![
-            json!({"role": "developer", "content": "Answer tersely.", "name": "policy"}),
-            json!({"role": "user", "name": "ada", "content": [
-                {"type": "text", "text": "What's the weather in Paris, and the time?",
-                 "cache_control": {"type": "ephemeral"}},
-                {"type": "image_url", "image_url": {"url": "https://example.com/paris.png", "detail": "low"}}
-            ]}),
-            json!({"role": "assistant", "content": null, "refusal": null, "annotations": [],
-            "tool_calls": [
-                {"id": "call_wx", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\":\"c\"}"}},
-                {"id": "call_tm", "function": {"name": "get_time", "arguments": "{}", "strict": true}, "index": 1}
-            ]}),
-            json!({"role": "tool", "tool_call_id": "call_wx", "content": "{\"temp\": 18.5}"}),
-            json!({"role": "tool", "tool_call_id": "call_tm", "content": [{"type": "text", "text": "14:05"}]}),
-            json!({"role": "assistant", "content": "18.5 °C at 14:05.", "tool_calls": []}),
-        ]
-    }
-
-    fn openai_chat_transcript() -> SessionSnapshot {
-        let transcript = openai_wire()
-            .iter()
-            .map(|m| Message::from_openai_chat(m).expect("OpenAI message"))
-            .collect();
-        SessionSnapshot::builder(id("openai_chat_transcript"), "gpt-4o")
-            .max_turns(8)
-            .timestamps(created(), updated())
-            .transcript(transcript)
-            .usage(vec![Usage::new("gpt-4o-2024-08-06")
-                .with_tokens(412, 37)
-                .with_cost(Cost::parse_usd("0.00140").expect("cost"))])
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(6))
-    }
-
-    pub fn anthropic_wire() -> Vec<Value> {
-        vec![
-            json!({"role": "user", "content": "Read config.toml and summarise it."}),
-            json!({"role": "assistant", "id": "msg_01", "model": "claude-sonnet-4-5",
-            "stop_reason": "tool_use", "content": [
-                {"type": "thinking", "thinking": "I should read the file.", "signature": "EqQBCgIYAhIM"},
-                {"type": "text", "text": "Reading it now.", "citations": null},
-                {"type": "tool_use", "id": "toolu_01", "name": "read_file",
-                 "input": {"path": "config.toml", "max_bytes": 4096},
-                 "caller": {"type": "direct"}}
-            ]}),
-            json!({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_01",
-                 "content": [{"type": "text", "text": "[server]\nport = 8080"}],
-                 "is_error": false, "cache_control": {"type": "ephemeral"}}
-            ]}),
-            json!({"role": "assistant", "content": [
-                {"type": "redacted_thinking", "data": "c2VjcmV0"},
-                {"type": "text", "text": "It sets the server port to 8080."}
-            ]}),
-        ]
-    }
-
-    fn anthropic_transcript() -> SessionSnapshot {
-        let transcript = anthropic_wire()
-            .iter()
-            .map(|m| Message::from_anthropic(m).expect("Anthropic message"))
-            .collect();
-        SessionSnapshot::builder(id("anthropic_transcript"), "claude-sonnet-4-5")
-            .max_turns(8)
-            .system_prompt("You are a careful reader.")
-            .timestamps(created(), updated())
-            .metadata_entry("import", json!({"provider": "anthropic", "batch": 17}))
-            .transcript(transcript)
-            .usage(vec![Usage::new("claude-sonnet-4-5")
-                .with_tokens(900, 120)
-                .with_cache_tokens(0, 900)
-                .with_cost(Cost::parse_usd("0.006075").expect("cost"))])
-            .build()
-            .expect("build")
-            .with_revision(Revision::from_u64(7))
-    }
-
-    /// Pretty-prints compact JSON (as `to_json` writes it) with two-space indents, keeping
-    /// the key order. Strings are copied untouched.
-    pub fn pretty(compact: &[u8]) -> String {
-        let text = std::str::from_utf8(compact).expect("utf-8");
-        let chars: Vec<char> = text.chars().collect();
-        let mut out = String::with_capacity(text.len() * 2);
-        let mut depth = 0usize;
-        let (mut in_string, mut escaped) = (false, false);
-        let newline = |out: &mut String, depth: usize| {
-            out.push('\n');
-            out.push_str(&"  ".repeat(depth));
-        };
-        for (i, &c) in chars.iter().enumerate() {
-            if in_string {
-                out.push(c);
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == '"' {
-                    in_string = false;
-                }
-                continue;
-            }
-            match c {
-                '"' => {
-                    in_string = true;
-                    out.push(c);
-                }
-                '{' | '[' => {
-                    out.push(c);
-                    let empty =
-                        matches!((c, chars.get(i + 1)), ('{', Some('}')) | ('[', Some(']')));
-                    if !empty {
-                        depth += 1;
-                        newline(&mut out, depth);
-                    }
-                }
-                '}' | ']' => {
-                    let empty = matches!((chars[i - 1], c), ('{', '}') | ('[', ']'));
-                    if !empty {
-                        depth -= 1;
-                        newline(&mut out, depth);
-                    }
-                    out.push(c);
-                }
-                ',' => {
-                    out.push(c);
-                    newline(&mut out, depth);
-                }
-                ':' => out.push_str(": "),
-                _ => out.push(c),
-            }
-        }
-        out
     }
 }
