@@ -1328,8 +1328,15 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         &summary,
     ]
     .concat();
+    // A first save also makes sure no archive marker is left from an earlier session of
+    // that id.
     let first = [
-        [(SymlinkMetadata, "dir"), (SymlinkMetadata, "base")].as_slice(),
+        [
+            (SymlinkMetadata, "dir"),
+            (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "archived"),
+        ]
+        .as_slice(),
         &replacing,
         &after,
         &[(CreatePrivate, "summary")],
@@ -1566,14 +1573,14 @@ fn a_failed_fsync_is_never_retried_on_the_same_file() {
         )
         .expect("open");
         let id = SessionId::parse(ID).expect("valid id");
-        // Call 5 of a first save is the file fsync.
-        fs.arm(5, Fault::Eio, persistence);
+        // Call 6 of a first save is the file fsync.
+        fs.arm(6, Fault::Eio, persistence);
         let err = store
             .save(&snapshot_on(&id, 0, "new", 100))
             .expect_err("fsync fails");
         let mut calls = fs.disarm();
-        assert_eq!(calls[4].op, Op::SyncFile);
-        let failed_inode = calls[4].inode.expect("inode");
+        assert_eq!(calls[5].op, Op::SyncFile);
+        let failed_inode = calls[5].inode.expect("inode");
         assert!(err.to_string().contains("could not sync"), "{err}");
         // Nothing syncs the failed file again: not this save, not the next one.
         store

@@ -1368,6 +1368,9 @@ impl SessionStore for FileSessionStore {
         self.check_root()?;
         let stored = self.stored_state(id, record.is_some())?;
         check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
+        if stored.is_none() {
+            self.remove_orphan_marker(id)?;
+        }
         if let (Some(record), Some(stored)) = (&record, &stored) {
             if let Some(revision) = self.try_append(snapshot, stored, record)? {
                 return Ok(revision);
@@ -1547,6 +1550,23 @@ impl SessionStore for FileSessionStore {
 }
 
 impl FileSessionStore {
+    /// Removes an archive marker left without its session (the snapshot removed by hand,
+    /// or by a delete cut short by an older release), so a new session under the same id
+    /// starts active. Under the write lock; the new snapshot's directory fsync makes the
+    /// removal durable with it.
+    fn remove_orphan_marker(&self, id: &SessionId) -> Result<()> {
+        let marker = self.archived_path(id);
+        match self.fs.symlink_metadata(&marker) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            Ok(_) => self
+                .fs
+                .remove_file(&marker)
+                .map_err(|e| Error::io("remove the leftover archive marker", &marker, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("inspect", &marker, e)),
+        }
+    }
+
     /// [`SessionStore::delete`], under the write lock.
     fn delete_locked(&self, id: &SessionId) -> Result<()> {
         let path = self.path_of(id);
