@@ -226,7 +226,7 @@ fn refuse(entry: Option<usize>, problem: String, source: Option<Error>) -> Error
     Error::InvalidBundle {
         entry,
         problem,
-        source: source.map(Box::new),
+        source: source.map(|e| Box::new(e) as crate::error::BoxError),
     }
 }
 
@@ -409,6 +409,22 @@ mod tests {
         );
         assert!(message.contains("session 1 (line 2)"), "{message}");
         assert!(message.contains("checksum"), "{message}");
+    }
+
+    #[test]
+    fn the_error_that_refused_a_session_is_its_source_as_an_error_of_this_crate() {
+        let text = String::from_utf8(bundle_of(&["a"])).unwrap();
+        let bare = text
+            .lines()
+            .nth(1)
+            .unwrap()
+            .replace("\"max_turns\":16", "\"max_turns\":0");
+        let error = Bundle::from_json(bare.as_bytes()).unwrap_err();
+        let source = std::error::Error::source(&error).expect("a source");
+        let cause = source
+            .downcast_ref::<Error>()
+            .expect("an agent_session::Error");
+        assert!(cause.to_string().contains("max_turns"), "{cause}");
     }
 
     #[test]

@@ -256,7 +256,7 @@ pub enum Error {
         problem: String,
         /// The error that refused the session, if any.
         #[source]
-        source: Option<Box<Error>>,
+        source: Option<BoxError>,
     },
 
     /// [`Harness::resume_latest`](crate::Harness::resume_latest) found no readable session.

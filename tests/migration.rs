@@ -2,9 +2,9 @@
 //! upgraded by pure migration steps and then decoded exactly as strictly as a current one,
 //! so it gives the same snapshot as its current equivalent, the same errors for the same
 //! damage, and nothing a version 1 release could not have written. The golden files of
-//! every version (`tests/fixtures/v<N>/`, see `tests/support/golden.rs`) are the inputs.
+//! every version (`tests/fixtures/v<N>/`, see `tests/common/golden.rs`) are the inputs.
 
-#[path = "support/golden.rs"]
+#[path = "common/golden.rs"]
 mod golden;
 
 use agent_session::{
@@ -484,7 +484,13 @@ fn bundles_read_version_1_snapshot_files_and_export_them_at_the_current_version(
         Err(Error::InvalidBundle {
             source: Some(source),
             ..
-        }) => assert!(matches!(*source, Error::Malformed { .. }), "{source:?}"),
+        }) => assert!(
+            matches!(
+                source.downcast_ref::<Error>(),
+                Some(Error::Malformed { .. })
+            ),
+            "{source:?}"
+        ),
         other => panic!("expected the v1 fork refused, got {other:?}"),
     }
 }
