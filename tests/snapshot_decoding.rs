@@ -14,7 +14,7 @@ use agent_session::{
 };
 use serde_json::{json, Value};
 
-#[path = "support/golden.rs"]
+#[path = "common/golden.rs"]
 mod golden;
 
 use support::{
@@ -1108,7 +1108,7 @@ fn inconsistent_file_in_a_store_is_corrupt_and_says_what() {
 
 // ---------------------------------------------------------------------------------------
 // Golden fixtures: `tests/fixtures/v<N>/`, one directory per schema version, each written
-// once by the release that wrote that version (see `tests/support/golden.rs`).
+// once by the release that wrote that version (see `tests/common/golden.rs`).
 // ---------------------------------------------------------------------------------------
 
 /// Writes any golden fixture of the current schema version that does not exist yet, into
