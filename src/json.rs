@@ -233,6 +233,38 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
     }
 }
 
+/// An optional struct-typed field that remembers whether it was there at all: absent
+/// (with `#[serde(default)]`), `null`, or a JSON object (never the array form).
+#[derive(Debug, Default)]
+pub(crate) enum Field<T> {
+    #[default]
+    Absent,
+    Null,
+    Object(T),
+}
+
+impl<T> Field<T> {
+    pub(crate) fn is_absent(&self) -> bool {
+        matches!(self, Field::Absent)
+    }
+
+    pub(crate) fn into_option(self) -> Option<T> {
+        match self {
+            Field::Object(value) => Some(value),
+            Field::Absent | Field::Null => None,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Option::<ObjectOnly<T>>::deserialize(deserializer).map(|o| match o {
+            Some(ObjectOnly(value)) => Field::Object(value),
+            None => Field::Null,
+        })
+    }
+}
+
 /// `#[serde(deserialize_with)]` helpers.
 pub(crate) mod strict {
     use super::{ObjectOnly, StrictMap, StrictValue};
@@ -252,14 +284,6 @@ pub(crate) mod strict {
     ) -> Result<Vec<T>, D::Error> {
         let items: Vec<ObjectOnly<T>> = Vec::deserialize(d)?;
         Ok(items.into_iter().map(|o| o.0).collect())
-    }
-
-    /// An optional struct-typed field that, when present and not `null`, must be a JSON
-    /// object.
-    pub(crate) fn optional_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-        d: D,
-    ) -> Result<Option<T>, D::Error> {
-        Option::<ObjectOnly<T>>::deserialize(d).map(|o| o.map(|o| o.0))
     }
 
     pub(crate) fn value<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {

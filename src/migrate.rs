@@ -45,6 +45,16 @@ pub(crate) fn upgrade(document: Value, from: u64) -> serde_json::Result<Value> {
     Ok(Value::Object(document))
 }
 
+/// Whether every step from version `from` to the current one only adds optional fields:
+/// then a document of version `from` in which none of the added fields appears decodes,
+/// with the current decoder, to exactly what upgrading it would give (the decoder uses
+/// this to skip the upgrade). A step that renames, moves or changes a field must make this
+/// false for the versions before it.
+pub(crate) fn only_adds_fields_since(from: u64) -> bool {
+    // 1 -> 2 adds `lineage`.
+    from >= u64::from(OLDEST_SCHEMA_VERSION)
+}
+
 /// Version 2 added `lineage` (omitted when the session is not a fork), so a version 1
 /// document is a version 2 document as it stands; one that already has the field was not
 /// written by a version 1 release.

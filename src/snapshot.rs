@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
-use crate::json::{self, strict, ObjectOnly, StrictValue};
+use crate::json::{self, strict, Field, ObjectOnly, StrictValue};
 use crate::lineage::{self, ForkAt, Lineage};
+use crate::migrate;
 use crate::redact::{self, Redactor};
 use crate::store::Revision;
 use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
@@ -303,8 +304,9 @@ struct Decoded {
     options: PersistedOptions,
     #[serde(deserialize_with = "strict::map")]
     metadata: Map<String, Value>,
-    #[serde(default, deserialize_with = "strict::optional_object")]
-    lineage: Option<Lineage>,
+    /// Absent, `null` or an object: a version 1 document must not have the field at all.
+    #[serde(default)]
+    lineage: Field<Lineage>,
     #[serde(deserialize_with = "strict::objects")]
     transcript: Vec<Message>,
     #[serde(deserialize_with = "strict::objects")]
@@ -495,7 +497,12 @@ impl SessionSnapshot {
     /// Decodes a snapshot without checking its invariants, for a store that applies
     /// journal records first and validates the result once.
     pub(crate) fn decode_unvalidated(bytes: &[u8]) -> Result<Self> {
-        let decoded: Decoded = decode_versioned(bytes, |d: &Decoded| d.schema_version)?;
+        let decoded: Decoded = decode_versioned(
+            bytes,
+            |d: &Decoded| d.schema_version,
+            // What the steps add since version 1 (`lineage`) must be absent, not just null.
+            |d: &Decoded| d.lineage.is_absent(),
+        )?;
         Ok(SessionSnapshot {
             id: decoded.id,
             revision: decoded.revision,
@@ -503,7 +510,7 @@ impl SessionSnapshot {
             updated_at: decoded.updated_at,
             options: decoded.options,
             metadata: decoded.metadata,
-            lineage: decoded.lineage,
+            lineage: decoded.lineage.into_option(),
             transcript: Arc::new(decoded.transcript),
             tool_calls: Arc::new(decoded.tool_calls),
             usage: Arc::new(decoded.usage),
@@ -528,7 +535,8 @@ impl SessionSnapshot {
         if !whole {
             return Ok(None);
         }
-        let header: Header = decode_versioned(bytes, |h: &Header| h.schema_version)?;
+        // The header fields are the same in every version.
+        let header: Header = decode_versioned(bytes, |h: &Header| h.schema_version, |_| true)?;
         Ok(Some(SnapshotHeader {
             id: header.id,
             revision: header.revision,
@@ -1198,9 +1206,16 @@ fn leading_u64(bytes: &[u8]) -> Option<(u64, &[u8])> {
 /// Decodes `bytes` as `T`, checking the schema version (read by `version`) first: a newer
 /// schema may add fields this release does not know, and the right message for it is
 /// "upgrade", not "unknown field", also when the rest does not decode.
+///
+/// An older document that the current decoder read is accepted as it is when every step
+/// since its version only adds fields ([`migrate::only_adds_fields_since`]) and
+/// `adds_nothing` says none of them is present: that is exactly what upgrading it would
+/// give, without parsing it twice more (which made loading a version 1 file 6 times
+/// slower). Any other older document is upgraded through the steps.
 fn decode_versioned<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     version: impl Fn(&T) -> u64,
+    adds_nothing: impl Fn(&T) -> bool,
 ) -> Result<T> {
     // The error of decoding the bytes directly, kept for an older version: it says where.
     let mut direct_error = None;
@@ -1208,7 +1223,16 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
         Ok(ObjectOnly(decoded)) if version(&decoded) == u64::from(SCHEMA_VERSION) => {
             return Ok(decoded)
         }
-        Ok(ObjectOnly(decoded)) => version(&decoded),
+        Ok(ObjectOnly(decoded)) => {
+            let found = version(&decoded);
+            if is_supported(found)
+                && migrate::only_adds_fields_since(found)
+                && adds_nothing(&decoded)
+            {
+                return Ok(decoded);
+            }
+            found
+        }
         Err(source) => match serde_json::from_slice(bytes) {
             Ok(VersionProbe {
                 schema_version: Some(found),
@@ -1234,7 +1258,7 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
         source,
     };
     let ObjectOnly(StrictValue(document)) = serde_json::from_slice(bytes).map_err(malformed)?;
-    let upgraded = crate::migrate::upgrade(document, found).map_err(malformed)?;
+    let upgraded = migrate::upgrade(document, found).map_err(malformed)?;
     T::deserialize(upgraded).map_err(|upgraded_error| {
         // An error found in the upgraded document has no position. If decoding the bytes
         // directly failed the same way (same message, plus "at line L column C"), the
