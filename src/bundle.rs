@@ -16,7 +16,9 @@ use crate::id::SessionId;
 use crate::json::ObjectOnly;
 use crate::lineage::Lineage;
 use crate::snapshot::SessionSnapshot;
-use crate::store::{already_exists, Revision, SessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
+use crate::store::{
+    already_exists, Revision, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+};
 
 /// The bundle format version this release writes and reads.
 pub const BUNDLE_VERSION: u32 = 1;
@@ -36,6 +38,12 @@ struct Header {
 /// The checksum a header records for a session's line.
 fn line_crc(line: &[u8]) -> String {
     format!("{:08x}", crc32fast::hash(line))
+}
+
+/// Just enough of a document to tell a snapshot (of any version) from something else.
+#[derive(Deserialize)]
+struct SnapshotProbe {
+    schema_version: Option<u64>,
 }
 
 /// Just enough of a first line to tell a bundle (of any version) from a snapshot.
@@ -139,7 +147,8 @@ impl Bundle {
     }
 
     /// Decodes and validates a bundle, or a single snapshot file (`<id>.json`, as a
-    /// bundle of one).
+    /// bundle of one). Each session may be at most [`DEFAULT_MAX_SNAPSHOT_BYTES`] long,
+    /// whatever limit the exporting store was opened with.
     ///
     /// # Errors
     ///
@@ -211,11 +220,20 @@ impl Bundle {
         check_size(None, bytes)?;
         match SessionSnapshot::from_json(bytes) {
             Ok(snapshot) => Bundle::new(vec![snapshot]),
-            Err(e) => Err(refuse(
-                None,
-                "it is neither an export bundle (a first line {\"agent_session_bundle\":1,...}) nor a session snapshot".to_owned(),
-                Some(e),
-            )),
+            Err(e) => {
+                let looks_like_a_snapshot = matches!(
+                    serde_json::from_slice::<SnapshotProbe>(bytes),
+                    Ok(SnapshotProbe {
+                        schema_version: Some(_)
+                    })
+                );
+                let problem = if looks_like_a_snapshot {
+                    "it is a session snapshot, and it cannot be read"
+                } else {
+                    "it is neither an export bundle (a first line {\"agent_session_bundle\":1,...}) nor a session snapshot"
+                };
+                Err(refuse(None, problem.to_owned(), Some(e)))
+            }
         }
     }
 }
@@ -250,10 +268,15 @@ fn check_size(entry: Option<usize>, bytes: &[u8]) -> Result<()> {
 fn session_line(entry: usize, line: &[u8], crc: &str) -> Result<SessionSnapshot> {
     let found = line_crc(line);
     if found != crc {
+        let hint = if line.ends_with(b"\r") {
+            " (its lines end in CR LF: was it converted to Windows line endings? convert it back)"
+        } else {
+            ""
+        };
         return Err(refuse(
             Some(entry),
             format!(
-                "its checksum is {found}, not the {crc} the header records: the file was damaged or edited after export"
+                "its checksum is {found}, not the {crc} the header records: the file was damaged or edited after export{hint}"
             ),
             None,
         ));
@@ -339,16 +362,9 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
             reason: format!("two sessions of the bundle would both be imported as {id}"),
         });
     }
-    // Every target is checked before anything is written, so a taken id costs nothing.
-    for snapshot in &bundle.sessions {
-        let target = &renames[snapshot.id()];
-        match store.load(target) {
-            Err(e) if e.is_not_found() => {}
-            Ok(_) => return Err(Error::AlreadyExists { id: target.clone() }),
-            Err(e) => return Err(e),
-        }
-    }
-    let mut imported: Vec<Imported> = Vec::with_capacity(bundle.sessions.len());
+    // Every copy is made and checked, and every target id looked up, before anything is
+    // written: a refused import costs nothing.
+    let mut copies = Vec::with_capacity(bundle.sessions.len());
     for snapshot in &bundle.sessions {
         let target = renames[snapshot.id()].clone();
         // A fork imported with its parent follows the parent to its new id.
@@ -356,24 +372,65 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
             parent: renames.get(&l.parent).unwrap_or(&l.parent).clone(),
             ..l.clone()
         });
+        if lineage.as_ref().is_some_and(|l| l.parent == target) {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "session {} would be imported as {target}, the id of the session it was forked from; import it under another id",
+                    snapshot.id()
+                ),
+            });
+        }
         let copy = snapshot.renamed(target.clone(), lineage);
+        copy.validate()?;
+        match store.load(&target) {
+            Err(e) if e.is_not_found() => {}
+            Ok(_) => return Err(Error::AlreadyExists { id: target }),
+            Err(e) => return Err(e),
+        }
+        copies.push((snapshot.id(), copy));
+    }
+    let mut imported: Vec<Imported> = Vec::with_capacity(copies.len());
+    let mut written: Vec<SessionSummary> = Vec::with_capacity(copies.len());
+    for (from, copy) in copies {
         match store.save(&copy) {
-            Ok(revision) => imported.push(Imported {
-                from: snapshot.id().clone(),
-                id: target,
-                revision,
-            }),
-            Err(e) => {
-                // All or nothing: take back what this import wrote. A session changed
-                // since (by another writer) is left alone.
-                for done in &imported {
-                    let _ = store.delete_if_unchanged(&done.id, done.revision);
-                }
-                return Err(already_exists(e));
+            Ok(revision) => {
+                written.push(SessionSummary::of(&copy.clone().with_revision(revision)));
+                imported.push(Imported {
+                    from: from.clone(),
+                    id: copy.id().clone(),
+                    revision,
+                });
             }
+            Err(e) => return Err(take_back(store, &written, already_exists(e))),
         }
     }
     Ok(imported)
+}
+
+/// Deletes the sessions an import wrote before `error` stopped it, and returns the error
+/// to report: `error` itself, or [`Error::ImportIncomplete`] naming the sessions that could
+/// not be deleted (a session another writer changed since is left alone).
+fn take_back<S: SessionStore + ?Sized>(
+    store: &S,
+    written: &[SessionSummary],
+    error: Error,
+) -> Error {
+    let left: Vec<SessionId> = written
+        .iter()
+        .filter(|listed| match store.delete_if_unchanged(listed) {
+            Ok(()) => false,
+            Err(e) => !e.is_not_found(),
+        })
+        .map(|listed| listed.id.clone())
+        .collect();
+    if left.is_empty() {
+        error
+    } else {
+        Error::ImportIncomplete {
+            left,
+            source: Box::new(error),
+        }
+    }
 }
 
 #[cfg(test)]

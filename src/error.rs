@@ -77,7 +77,8 @@ pub enum Error {
         location: Location,
         /// The version found in the snapshot.
         found: u64,
-        /// The version this release reads.
+        /// The newest version this release reads (it reads every version from
+        /// [`OLDEST_SCHEMA_VERSION`](crate::OLDEST_SCHEMA_VERSION) up to this one).
         supported: u32,
     },
 
@@ -222,10 +223,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// A conditional delete ([`SessionStore::delete_if_unchanged`](crate::SessionStore::delete_if_unchanged),
+    /// and so [`prune`](crate::SessionStore::prune)) found the session changed since it
+    /// was listed, and deleted nothing.
+    #[error("session {id} was not deleted: {change} since it was listed; list the sessions again to decide")]
+    Changed {
+        /// The session that was to be deleted.
+        id: SessionId,
+        /// What changed.
+        change: String,
+    },
+
     /// A session to create (a fork, an import) would take an id that is already stored.
     #[error(
-        "session {id} already exists in this store: choose another id (the CLI: --as ID or \
-         --new-ids), or delete the stored one first"
+        "session {id} already exists in this store: choose another id for the new session, \
+         or delete the stored one first"
     )]
     AlreadyExists {
         /// The id that is taken.
@@ -245,7 +257,7 @@ pub enum Error {
     /// An export bundle was refused: one of its sessions (or the bundle itself) failed
     /// validation, so nothing in it was imported.
     #[error(
-        "the bundle is refused as a whole and nothing was imported: {}{problem}",
+        "the export bundle is refused as a whole, so none of its sessions can be imported: {}{problem}",
         entry.map_or_else(String::new, |i| format!("session {} (line {}): ", i + 1, i + 2))
     )]
     InvalidBundle {
@@ -257,6 +269,21 @@ pub enum Error {
         /// The error that refused the session, if any.
         #[source]
         source: Option<BoxError>,
+    },
+
+    /// An import failed partway, and some of the sessions it had written could not be
+    /// deleted again (a storage error, or another writer changed them meanwhile).
+    #[error(
+        "the import failed, and {} session(s) it had written are still stored ({}): delete them by hand, or keep them and import the rest under other ids",
+        left.len(),
+        left.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    ImportIncomplete {
+        /// The sessions left in the store.
+        left: Vec<SessionId>,
+        /// Why the import failed.
+        #[source]
+        source: BoxError,
     },
 
     /// [`Harness::resume_latest`](crate::Harness::resume_latest) found no readable session.
@@ -339,7 +366,8 @@ impl fmt::Display for DisplayLocation<'_> {
 pub enum ErrorKind {
     /// The session does not exist.
     NotFound,
-    /// Another writer saved first; reload and retry.
+    /// Another writer got there first: for a save, reload and retry
+    /// ([`Error::Conflict`]); see also [`Error::Changed`] and [`Error::AlreadyExists`].
     Conflict,
     /// The caller's input was rejected (an id, options, a snapshot built in memory).
     InvalidInput,
@@ -357,7 +385,9 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::NotFound { .. } | Error::NoSessions => ErrorKind::NotFound,
-            Error::Conflict { .. } | Error::AlreadyExists { .. } => ErrorKind::Conflict,
+            Error::Conflict { .. } | Error::AlreadyExists { .. } | Error::Changed { .. } => {
+                ErrorKind::Conflict
+            }
             Error::InvalidId { .. }
             | Error::InvalidArgument { .. }
             | Error::Encode { .. }
@@ -375,7 +405,9 @@ impl Error {
             | Error::ForeignFile { .. }
             | Error::TooLarge { .. }
             | Error::Insecure { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } | Error::NotDurable { .. } => ErrorKind::Io,
+            Error::Io { .. } | Error::NotDurable { .. } | Error::ImportIncomplete { .. } => {
+                ErrorKind::Io
+            }
             Error::Engine { .. } => ErrorKind::Engine,
         }
     }
@@ -386,7 +418,10 @@ impl Error {
         self.kind() == ErrorKind::NotFound
     }
 
-    /// True if a compare-and-swap save lost to another writer.
+    /// True if another writer got there first: a compare-and-swap save lost
+    /// ([`Error::Conflict`]), a conditional delete found the session changed
+    /// ([`Error::Changed`]), or a new session's id is taken ([`Error::AlreadyExists`]).
+    /// Only the first calls for reloading and saving again.
     #[must_use]
     pub fn is_conflict(&self) -> bool {
         self.kind() == ErrorKind::Conflict

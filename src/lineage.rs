@@ -46,7 +46,10 @@ pub struct Lineage {
     /// The parent's revision at the fork ([`Revision::NEW`] if the parent was never saved).
     pub parent_revision: Revision,
     /// How many of the parent's messages the fork started with: its first `fork_point`
-    /// messages are the parent's first `fork_point` messages at `parent_revision`.
+    /// messages are the parent's first `fork_point` messages at `parent_revision` (when the
+    /// fork is made from a stored parent, as [`SessionStore::fork`](crate::SessionStore::fork)
+    /// does; a fork of a session's unsaved snapshot may hold messages the parent's stored
+    /// revision does not).
     pub fork_point: usize,
     /// When the fork was made.
     pub forked_at: DateTime<Utc>,

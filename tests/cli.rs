@@ -1453,7 +1453,7 @@ fn fork_refuses_a_cut_between_a_tool_call_and_its_result_and_other_bad_points() 
     let other = ws.run(&["run", "other"]).assert_success().session_id();
     let before = ws.stored_files();
     ws.run(&["sessions", "fork", &id, "--as", &other])
-        .assert_failure(1, &["already exists", "--as ID"]);
+        .assert_failure(1, &["already exists", "choose another id", "hint: --as ID"]);
     assert_eq!(ws.stored_files(), before);
 }
 
@@ -1848,7 +1848,15 @@ fn export_then_import_into_another_store_keeps_ids_and_transcripts() {
         .map(|id| std::fs::read(elsewhere.join(format!("{id}.json"))).expect("read"))
         .collect();
     ws.run_on(&elsewhere, &["sessions", "import", "bundle.jsonl"])
-        .assert_failure(1, &["already exists", "--new-ids", "nothing was imported"]);
+        .assert_failure(
+            1,
+            &[
+                "already exists",
+                "choose another id",
+                "hint: --new-ids",
+                "nothing was imported",
+            ],
+        );
     assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), stored);
     for (id, bytes) in [&parent, &fork].iter().zip(&before) {
         assert_eq!(
@@ -2036,7 +2044,7 @@ fn a_tampered_bundle_is_refused_as_a_whole_and_imports_nothing() {
             &target,
             &["sessions", "import", path.to_str().expect("utf-8")],
         );
-        out.assert_failure(1, &["refused as a whole", "nothing was imported"]);
+        out.assert_failure(1, &["refused as a whole", "none of its sessions can"]);
         assert!(out.stdout.is_empty(), "{what}: {out:#?}");
         assert_eq!(files(&target), before, "{what}: nothing was imported");
         // --new-ids is refused the same way.

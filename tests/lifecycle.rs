@@ -119,12 +119,13 @@ fn file_store_archive_is_a_private_marker_and_rewrites_nothing() {
 }
 
 /// An archive marker whose snapshot is gone: `<id>.archived` beside no `<id>.json`.
-/// Deletes no longer leave one (since 427100e the marker goes first), but one still
-/// appears when `<id>.json` is removed by hand, or was left by a delete cut short in a
-/// directory written before that change. The session is gone (nothing loads or lists),
-/// so a new session saved under its id is a new session and must start active, as after
-/// a delete that finished (the contract) and as imported sessions are documented to be;
-/// journals and summaries are likewise ignored unless they match the snapshot beside them.
+/// A delete removes the marker last, so a delete cut short after the snapshot went leaves
+/// one (see `file_store_delete_cut_short_keeps_the_marker_until_a_new_session_is_saved`),
+/// and so does removing `<id>.json` by hand. The session is gone (nothing loads or
+/// lists), so a new session saved under its id is a new session and must start active,
+/// as after a delete that finished (the contract) and as imported sessions are documented
+/// to be; the first save removes the marker. Journals and summaries are likewise ignored
+/// unless they match the snapshot beside them.
 #[test]
 fn file_store_orphan_archive_marker_does_not_archive_a_new_session() {
     let (dir, store) = temp_store();
@@ -163,6 +164,213 @@ fn file_store_orphan_archive_marker_does_not_archive_a_new_session() {
         [("reborn".to_owned(), false)],
         "a new session inherited the archive marker of a deleted one"
     );
+    assert!(
+        !files_of(&root, "reborn").contains(&"reborn.archived".to_owned()),
+        "the first save left the orphan marker: {:?}",
+        files_of(&root, "reborn")
+    );
+    // Archiving and restoring the new session work as for any other.
+    store.set_archived(new.id(), true).expect("archive");
+    assert!(root.join("reborn.archived").exists());
+    store.set_archived(new.id(), false).expect("restore");
+    assert!(!root.join("reborn.archived").exists());
+}
+
+/// Marks `path` immutable (`chattr +i`) until dropped, so not even root can remove it;
+/// `None` if this system cannot (no `chattr`, a file system without the flag, or no
+/// `CAP_LINUX_IMMUTABLE`).
+struct Immutable<'a>(&'a Path);
+
+impl<'a> Immutable<'a> {
+    fn set(path: &'a Path) -> Option<Self> {
+        let status = Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        if !status.success() {
+            return None;
+        }
+        let guard = Immutable(path);
+        // Check the flag holds: a hard link to the file is refused.
+        let probe = path.with_extension("probe-link");
+        match std::fs::hard_link(path, &probe) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&probe);
+                None
+            }
+            Err(_) => Some(guard),
+        }
+    }
+}
+
+impl Drop for Immutable<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(self.0).status();
+    }
+}
+
+/// Makes `path` impossible to remove, or says why the test cannot run here.
+fn pin(path: &Path) -> Option<Immutable<'_>> {
+    let pinned = Immutable::set(path);
+    if pinned.is_none() {
+        eprintln!(
+            "SKIPPED: cannot make {} immutable here (chattr +i needs root or CAP_LINUX_IMMUTABLE on ext2/3/4, xfs or btrfs)",
+            path.display()
+        );
+    }
+    pinned
+}
+
+/// A delete of an archived session that fails before the snapshot is gone leaves the
+/// session whole and still archived: the marker is removed last, not first.
+#[test]
+fn file_store_failed_delete_of_an_archived_session_leaves_it_archived() {
+    let (dir, store) = temp_store();
+    let root = dir.path().join("sessions");
+    let snapshot = session_with_journal(&store, "stays-archived");
+    let id = snapshot.id();
+    store.set_archived(id, true).expect("archive");
+    let listed = store
+        .list_scoped(ListScope::Archived)
+        .expect("list")
+        .sessions;
+    assert_eq!(listed.len(), 1);
+    let files = files_of(&root, id.as_str());
+    assert!(
+        files.contains(&"stays-archived.archived".to_owned()),
+        "{files:?}"
+    );
+    let base = root.join("stays-archived.json");
+    let Some(pinned) = pin(&base) else {
+        return;
+    };
+
+    let attempts: [(&str, &dyn Fn() -> agent_session::Result<()>); 2] = [
+        ("delete", &|| store.delete(id)),
+        ("delete_if_unchanged", &|| {
+            store.delete_if_unchanged(&listed[0])
+        }),
+    ];
+    for (how, attempt) in attempts {
+        let err = attempt().expect_err("the snapshot cannot be removed");
+        assert_eq!(err.kind(), ErrorKind::Io, "{how}: {err:?}");
+        assert_eq!(files_of(&root, id.as_str()), files, "{how}: files removed");
+        assert_eq!(store.load(id).expect("still loads"), snapshot, "{how}");
+        let reopened = FileSessionStore::open(&root).expect("reopen");
+        for store in [&store, &reopened] {
+            let archived = store
+                .list_scoped(ListScope::Archived)
+                .expect("list")
+                .sessions;
+            assert_eq!(archived, listed, "{how}: no longer listed as archived");
+            assert!(
+                store.list().expect("list").sessions.is_empty(),
+                "{how}: listed as active"
+            );
+        }
+    }
+    // A prune reports it and keeps it archived.
+    let report = store
+        .prune(&PrunePolicy::new().max_count(0).archived_only())
+        .expect("prune");
+    assert!(report.pruned.is_empty());
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert_eq!(report.skipped[0].kind(), ErrorKind::Io);
+    assert_eq!(
+        store
+            .list_scoped(ListScope::Archived)
+            .expect("list")
+            .sessions,
+        listed
+    );
+
+    drop(pinned);
+    store.delete(id).expect("delete once the snapshot can go");
+    assert_eq!(files_of(&root, id.as_str()), Vec::<String>::new());
+}
+
+/// A delete cut short after the snapshot went (its journal, or its summary, cannot be
+/// removed) leaves the archive marker, which goes last; the session is gone all the same,
+/// and the first save of a new session under the id removes the marker and ignores the
+/// old journal and summary.
+#[test]
+fn file_store_delete_cut_short_keeps_the_marker_until_a_new_session_is_saved() {
+    // The file that cannot be removed, and what the delete leaves.
+    for (stuck, left) in [
+        (
+            "journal",
+            &[
+                "cut-short.archived",
+                "cut-short.journal",
+                "cut-short.summary",
+            ][..],
+        ),
+        ("summary", &["cut-short.archived", "cut-short.summary"][..]),
+    ] {
+        let (dir, store) = temp_store();
+        let root = dir.path().join("sessions");
+        let old = session_with_journal(&store, "cut-short");
+        let id = old.id();
+        store.set_archived(id, true).expect("archive");
+        store
+            .list_scoped(ListScope::All)
+            .expect("list (writes the summary)");
+        assert_eq!(
+            files_of(&root, id.as_str()),
+            [
+                "cut-short.archived",
+                "cut-short.journal",
+                "cut-short.json",
+                "cut-short.summary"
+            ]
+        );
+        let file = root.join(format!("cut-short.{stuck}"));
+        let Some(pinned) = pin(&file) else {
+            return;
+        };
+        let err = store
+            .delete(id)
+            .expect_err("a file of the session cannot be removed");
+        assert_eq!(err.kind(), ErrorKind::Io, "{stuck}: {err:?}");
+        assert_eq!(
+            files_of(&root, id.as_str()),
+            left,
+            "{stuck}: the snapshot goes first, then the journal, the summary and last the marker"
+        );
+        assert!(store.load(id).expect_err("gone").is_not_found());
+        let reopened = FileSessionStore::open(&root).expect("reopen");
+        for scope in [ListScope::Active, ListScope::Archived, ListScope::All] {
+            for store in [&store, &reopened] {
+                assert!(
+                    store.list_scoped(scope).expect("list").sessions.is_empty(),
+                    "{stuck}: {scope:?}"
+                );
+            }
+        }
+        drop(pinned);
+
+        let new = SessionSnapshot::builder(sid("cut-short"), MODEL)
+            .transcript(vec![Message::user("a new session")])
+            .build()
+            .expect("build");
+        assert_eq!(store.save(&new).expect("save"), Revision::from_u64(1));
+        assert!(
+            !root.join("cut-short.archived").exists(),
+            "{stuck}: the first save left the marker"
+        );
+        for store in [&store, &reopened] {
+            let listed = store.list_scoped(ListScope::All).expect("list").sessions;
+            assert_eq!(listed.len(), 1, "{stuck}");
+            assert!(!listed[0].archived, "{stuck}: the new session is archived");
+            assert_eq!(
+                store.load(id).expect("load"),
+                new.clone().with_revision(Revision::from_u64(1)),
+                "{stuck}: the old journal was applied to the new session"
+            );
+        }
+    }
 }
 
 #[test]
@@ -224,12 +432,14 @@ fn file_store_stored_bytes_are_the_snapshot_plus_journal_sizes() {
 // ---------------------------------------------------------------------------------------
 
 /// What a writer saw of one session: the revision and message count of each save that
-/// returned `Ok`, in order. The writer stops on the first sign that the session was
-/// pruned (a load that finds nothing, a save that finds nothing stored).
+/// returned `Ok`, in order, and whether archiving it returned `Ok`. The writer stops on
+/// the first sign that the session was pruned (a load that finds nothing, a save that
+/// finds nothing stored, an archive that finds nothing).
 #[derive(Debug)]
 struct Written {
     id: String,
     saves: Vec<(u64, usize)>,
+    archived: bool,
 }
 
 /// How many sessions each writer creates, and how many times it saves each.
@@ -258,6 +468,7 @@ fn write_sessions(store: &FileSessionStore, prefix: &str, stop_pruning: &dyn Fn(
             .expect("build");
         let revision = store.save(&first).expect("the first save of a new id");
         let mut done = vec![(revision.as_u64(), 1)];
+        let mut archived = false;
         while done.len() < SAVES {
             let current = match store.load(&id) {
                 Ok(current) => current,
@@ -272,7 +483,7 @@ fn write_sessions(store: &FileSessionStore, prefix: &str, stop_pruning: &dyn Fn(
             );
             if done.len() == 2 && k % 3 == 0 {
                 match store.set_archived(&id, true) {
-                    Ok(()) => {}
+                    Ok(()) => archived = true,
                     Err(e) if e.is_not_found() => break,
                     Err(e) => panic!("{name}: archive failed: {e:?}"),
                 }
@@ -301,16 +512,18 @@ fn write_sessions(store: &FileSessionStore, prefix: &str, stop_pruning: &dyn Fn(
         log.push(Written {
             id: name,
             saves: done,
+            archived,
         });
     }
     log
 }
 
-/// What the pruner did: every session it reports deleted, with the revision it deleted.
+/// What the pruner did: every session it reports deleted, with the revision and archive
+/// state it deleted.
 #[derive(Debug, Default)]
 struct Pruning {
     rounds: usize,
-    deleted: Vec<(String, u64)>,
+    deleted: Vec<(String, u64, bool)>,
     skipped: usize,
 }
 
@@ -332,31 +545,42 @@ fn prune_until(store: &FileSessionStore, mut finished: impl FnMut() -> bool) -> 
             report.unreadable
         );
         for e in &report.skipped {
+            // Saved, archived or deleted by a writer since the listing; nothing else.
             assert!(
-                e.is_conflict() || e.is_not_found(),
+                matches!(e, Error::Changed { .. }) || e.is_not_found(),
                 "a prune failed to delete: {e:?}"
             );
         }
         pruning.skipped += report.skipped.len();
-        pruning.deleted.extend(
-            report
-                .pruned
-                .iter()
-                .map(|p| (p.summary.id.to_string(), p.summary.revision.as_u64())),
-        );
+        pruning.deleted.extend(report.pruned.iter().map(|p| {
+            (
+                p.summary.id.to_string(),
+                p.summary.revision.as_u64(),
+                p.summary.archived,
+            )
+        }));
         pruning.rounds += 1;
     }
     pruning
 }
 
 /// Checks the end state of a prune-versus-save race: each session is either wholly gone
-/// (deleted once, at the revision of its last successful save, with no file left) or
-/// stored exactly as last saved; and nothing else is in the directory.
+/// (deleted once, at the revision of its last successful save and in its last archive
+/// state, with no file left) or stored exactly as last saved and archived; and nothing
+/// else is in the directory.
+///
+/// A writer archives a session at most once and never restores it; an archive that
+/// returned `Ok` means the session was stored then, so a prune that deleted it afterwards
+/// must have listed it archived: one that listed it active before the archive and deleted
+/// it after would have deleted a session changed since it was listed.
 fn check_race_outcome(root: &Path, written: &[Written], pruning: &Pruning) -> (usize, usize) {
     let store = FileSessionStore::open(root).expect("reopen");
-    let mut deleted: HashMap<&str, Vec<u64>> = HashMap::new();
-    for (name, revision) in &pruning.deleted {
-        deleted.entry(name.as_str()).or_default().push(*revision);
+    let mut deleted: HashMap<&str, Vec<(u64, bool)>> = HashMap::new();
+    for (name, revision, archived) in &pruning.deleted {
+        deleted
+            .entry(name.as_str())
+            .or_default()
+            .push((*revision, *archived));
     }
     let known: std::collections::HashSet<&str> = written.iter().map(|w| w.id.as_str()).collect();
     for name in deleted.keys() {
@@ -375,9 +599,14 @@ fn check_race_outcome(root: &Path, written: &[Written], pruning: &Pruning) -> (u
                 w.id
             );
             assert_eq!(
-                revisions[0], last_revision,
+                revisions[0].0, last_revision,
                 "{}: a prune deleted revision {} although a save had returned revision {} (saves {:?})",
-                w.id, revisions[0], last_revision, w.saves
+                w.id, revisions[0].0, last_revision, w.saves
+            );
+            assert_eq!(
+                revisions[0].1, w.archived,
+                "{}: a prune deleted it as listed archived={}, although archiving it returned {}",
+                w.id, revisions[0].1, w.archived
             );
             assert!(
                 store.load(&id).expect_err("pruned").is_not_found(),
@@ -409,6 +638,7 @@ fn check_race_outcome(root: &Path, written: &[Written], pruning: &Pruning) -> (u
                 .find(|s| s.id == id)
                 .unwrap_or_else(|| panic!("{} is not listed", w.id));
             assert_eq!(summary.revision.as_u64(), last_revision);
+            assert_eq!(summary.archived, w.archived, "{}: archive state", w.id);
         }
     }
     // Nothing but the lock and the surviving sessions' files.
@@ -457,7 +687,7 @@ fn concurrent_prune_never_deletes_a_newer_save_nor_leaves_half_a_session() {
     });
     let (gone, kept) = check_race_outcome(&root, &written, &pruning);
     eprintln!(
-        "prune vs save (threads): {} prune rounds, {gone} sessions pruned, {kept} kept, {} deletes skipped as saved meanwhile",
+        "prune vs save (threads): {} prune rounds, {gone} sessions pruned, {kept} kept, {} deletes skipped as changed or gone meanwhile",
         pruning.rounds, pruning.skipped
     );
     assert_eq!(gone + kept, WRITERS * SESSIONS);
@@ -530,12 +760,13 @@ fn prune_racing_saves_of_other_processes_never_deletes_a_newer_save() {
                         (n(0), usize::try_from(n(1)).expect("a count"))
                     })
                     .collect(),
+                archived: entry["archived"].as_bool().expect("archived"),
             });
         }
     }
     let (gone, kept) = check_race_outcome(&root, &written, &pruning);
     eprintln!(
-        "prune vs save (processes): {} prune rounds, {gone} sessions pruned, {kept} kept, {} deletes skipped as saved meanwhile",
+        "prune vs save (processes): {} prune rounds, {gone} sessions pruned, {kept} kept, {} deletes skipped as changed or gone meanwhile",
         pruning.rounds, pruning.skipped
     );
     assert_eq!(gone + kept, CHILDREN * SESSIONS);
@@ -556,7 +787,7 @@ fn child_writes_sessions() {
     let stop = || std::fs::write(Path::new(&progress).join(&prefix), b"").expect("progress");
     let log: Vec<Value> = write_sessions(&store, &prefix, &stop)
         .into_iter()
-        .map(|w| json!({"id": w.id, "saves": w.saves}))
+        .map(|w| json!({"id": w.id, "saves": w.saves, "archived": w.archived}))
         .collect();
     println!("{BEGIN}\n{}\n{END}", Value::Array(log));
 }

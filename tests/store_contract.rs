@@ -555,7 +555,10 @@ fn rich_snapshot_helper_exercises_every_block_kind() {
 /// The lifecycle cases of the contract (issue 6), each on fresh stores from `make`.
 mod lifecycle {
     use std::collections::{HashMap, HashSet};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::io;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
     use std::time::Duration;
 
     use agent_session::{
@@ -577,19 +580,24 @@ mod lifecycle {
         archive_hides_from_list_but_keeps_loading_saving_and_forking(&make());
         archive_is_idempotent_and_missing_ids_are_not_found(&make());
         deleting_an_archived_session_clears_its_archive_state(&make());
-        delete_if_unchanged_deletes_only_the_expected_revision(&make());
+        delete_if_unchanged_deletes_only_the_revision_listed(&make());
+        delete_if_unchanged_keeps_a_session_re_created_archived_or_restored_since(&make());
         prune_by_age_deletes_sessions_older_than_the_limit(&make());
         prune_by_count_keeps_the_newest(&make());
-        prune_by_size_keeps_the_newest_that_fit(&make());
+        prune_by_size_keeps_the_newest_that_fit_and_deletes_every_older_one(&make());
         prune_reports_the_first_limit_broken_oldest_first(&make());
         prune_dry_run_deletes_nothing_and_reports_what_the_real_run_deletes(&make());
         prune_archived_only_leaves_active_sessions_alone(&make());
         prune_with_no_limits_deletes_nothing(&make());
         prune_keeps_a_session_saved_after_the_listing(&make());
+        prune_keeps_a_session_archived_restored_or_re_created_after_the_listing(&make());
         export_then_import_keep_stores_equal_sessions_at_revision_one(make);
         import_fresh_gives_new_ids_and_repoints_forks_at_their_parents(make);
         import_map_renames_only_the_mapped_sessions(make);
         import_into_a_taken_id_writes_nothing(make);
+        import_refuses_a_fork_mapped_onto_its_parents_id(make);
+        import_failing_midway_deletes_what_it_wrote(make);
+        import_that_cannot_delete_what_it_wrote_names_what_is_left(make);
         export_refuses_missing_and_repeated_ids(&make());
         bundle_json_round_trips_byte_for_byte(&make());
     }
@@ -1172,51 +1180,176 @@ mod lifecycle {
                 .archived
         );
 
-        // The same after a compare-and-delete.
+        // The same after a conditional delete (of the session as listed: archived).
         store.set_archived(&target, true).expect("archive");
-        store
-            .delete_if_unchanged(&target, Revision::from_u64(1))
-            .expect("delete");
+        let listed = summary_in(store, ListScope::Archived, "gone").expect("listed");
+        assert!(listed.archived);
+        store.delete_if_unchanged(&listed).expect("delete");
+        assert!(store.load(&target).expect_err("deleted").is_not_found());
         store.save(&simple_snapshot("gone", 3)).expect("save again");
         assert_eq!(names(store, ListScope::Active), ["gone"]);
         assert!(names(store, ListScope::Archived).is_empty());
     }
 
     // -----------------------------------------------------------------------------------
-    // Compare-and-delete.
+    // Conditional delete.
     // -----------------------------------------------------------------------------------
 
-    fn delete_if_unchanged_deletes_only_the_expected_revision<S: SessionStore>(store: &S) {
+    /// Asserts `err` is the [`Error::Changed`] of a conditional delete of `name`, and that
+    /// what it says changed mentions `what`.
+    fn assert_changed(err: &Error, name: &str, what: &str) {
+        assert!(
+            matches!(err, Error::Changed { id, change } if id.as_str() == name && change.contains(what)),
+            "expected Error::Changed of {name} ({what}), got {err:?}"
+        );
+        assert_eq!(err.kind(), ErrorKind::Conflict);
+        assert!(err.is_conflict());
+        assert!(err.to_string().contains(name), "{err}");
+    }
+
+    /// Loads `name`, changes one metadata entry and saves it; returns it as stored.
+    fn save_again<S: SessionStore>(store: &S, name: &str) -> SessionSnapshot {
+        let loaded = store.load(&id(name)).expect("load");
+        let changed = rebuild(&loaded)
+            .metadata_entry("saved", json!(loaded.revision().as_u64() + 1))
+            .build()
+            .expect("build")
+            .with_revision(loaded.revision());
+        store.save(&changed).expect("save again");
+        store.load(&id(name)).expect("reload")
+    }
+
+    fn delete_if_unchanged_deletes_only_the_revision_listed<S: SessionStore>(store: &S) {
+        // Saved again since it was listed (or listed at a revision never stored): nothing
+        // is deleted.
         let target = id("cas-delete");
-        let stored = save_twice(store, &simple_snapshot("cas-delete", 1));
-        for stale in [Revision::NEW, Revision::from_u64(1), Revision::from_u64(3)] {
+        store.save(&simple_snapshot("cas-delete", 1)).expect("save");
+        let at_one = summary_in(store, ListScope::All, "cas-delete").expect("listed");
+        assert_eq!(at_one.revision, Revision::from_u64(1));
+        let stored = save_again(store, "cas-delete");
+        assert_eq!(stored.revision(), Revision::from_u64(2));
+        let at_two = summary_in(store, ListScope::All, "cas-delete").expect("listed");
+        let mut ahead = at_two.clone();
+        ahead.revision = Revision::from_u64(3);
+        for stale in [&at_one, &ahead] {
             let err = store
-                .delete_if_unchanged(&target, stale)
-                .expect_err("a delete at another revision");
-            assert_eq!(err.kind(), ErrorKind::Conflict);
-            assert!(
-                matches!(&err, Error::Conflict { id, expected, found: Some(found) }
-                    if *id == target && *expected == stale && *found == Revision::from_u64(2)),
-                "{err:?}"
-            );
+                .delete_if_unchanged(stale)
+                .expect_err("a delete of another revision");
+            assert_changed(&err, "cas-delete", "revision");
             assert_eq!(store.load(&target).expect("nothing was deleted"), stored);
         }
+        // As listed: deleted, once.
         store
-            .delete_if_unchanged(&target, Revision::from_u64(2))
-            .expect("delete at the stored revision");
+            .delete_if_unchanged(&at_two)
+            .expect("delete the session as listed");
         assert!(store.load(&target).expect_err("deleted").is_not_found());
-        assert!(names(store, ListScope::All).is_empty());
+        assert!(summary_in(store, ListScope::All, "cas-delete").is_none());
         let err = store
-            .delete_if_unchanged(&target, Revision::from_u64(2))
+            .delete_if_unchanged(&at_two)
             .expect_err("deleted twice");
         assert!(
             matches!(&err, Error::NotFound { id } if *id == target),
             "{err:?}"
         );
+        let mut never = at_two.clone();
+        never.id = id("cas-missing");
+        let err = store.delete_if_unchanged(&never).expect_err("never saved");
+        assert!(
+            matches!(&err, Error::NotFound { id } if id.as_str() == "cas-missing"),
+            "{err:?}"
+        );
+    }
+
+    fn delete_if_unchanged_keeps_a_session_re_created_archived_or_restored_since<
+        S: SessionStore,
+    >(
+        store: &S,
+    ) {
+        // Deleted and created again since it was listed: the new session starts over at
+        // revision 1, so only its creation time tells it from the listed one (the update
+        // time, archive state and message count are the same).
+        let reborn = id("cas-reborn");
+        let life = |created: i64, text: &str| {
+            SessionSnapshot::builder(reborn.clone(), "test-model")
+                .timestamps(at(created), at(300))
+                .transcript(vec![Message::user(text)])
+                .build()
+                .expect("build")
+        };
+        store.save(&life(100, "first life")).expect("save");
+        let old = summary_in(store, ListScope::All, "cas-reborn").expect("listed");
+        store.delete(&reborn).expect("delete");
+        let second = life(200, "second life");
+        assert_eq!(store.save(&second).expect("save"), Revision::from_u64(1));
+        let new = summary_in(store, ListScope::All, "cas-reborn").expect("listed");
+        assert_eq!(
+            (
+                new.revision,
+                new.updated_at,
+                new.archived,
+                new.message_count
+            ),
+            (
+                old.revision,
+                old.updated_at,
+                old.archived,
+                old.message_count
+            )
+        );
+        assert_ne!(new.created_at, old.created_at);
         let err = store
-            .delete_if_unchanged(&id("cas-missing"), Revision::from_u64(1))
-            .expect_err("never saved");
-        assert!(err.is_not_found(), "{err:?}");
+            .delete_if_unchanged(&old)
+            .expect_err("a delete of the session that was deleted");
+        assert_changed(&err, "cas-reborn", "created");
+        assert_eq!(
+            store.load(&reborn).expect("the new session is intact"),
+            second.clone().with_revision(Revision::from_u64(1))
+        );
+        store
+            .delete_if_unchanged(&new)
+            .expect("the new session as listed");
+        assert!(store.load(&reborn).expect_err("deleted").is_not_found());
+
+        // Archived since it was listed.
+        let archived = id("cas-archived");
+        store
+            .save(&simple_snapshot("cas-archived", 2))
+            .expect("save");
+        let active = summary_in(store, ListScope::All, "cas-archived").expect("listed");
+        assert!(!active.archived);
+        let stored = store.load(&archived).expect("load");
+        store.set_archived(&archived, true).expect("archive");
+        let err = store
+            .delete_if_unchanged(&active)
+            .expect_err("a delete of an active session, archived since");
+        assert_changed(&err, "cas-archived", "archived");
+        assert_eq!(store.load(&archived).expect("not deleted"), stored);
+        assert!(
+            summary_in(store, ListScope::Archived, "cas-archived").is_some(),
+            "still archived"
+        );
+
+        // Restored from the archive since it was listed.
+        store.set_archived(&archived, false).expect("restore");
+        store.set_archived(&archived, true).expect("archive");
+        let listed = summary_in(store, ListScope::Archived, "cas-archived").expect("listed");
+        assert!(listed.archived);
+        store.set_archived(&archived, false).expect("restore");
+        let err = store
+            .delete_if_unchanged(&listed)
+            .expect_err("a delete of an archived session, restored since");
+        assert_changed(&err, "cas-archived", "restored");
+        assert_eq!(store.load(&archived).expect("not deleted"), stored);
+        assert!(
+            summary_in(store, ListScope::Active, "cas-archived").is_some(),
+            "still active"
+        );
+
+        // As listed now: deleted.
+        let now = summary_in(store, ListScope::All, "cas-archived").expect("listed");
+        store.delete_if_unchanged(&now).expect("delete as listed");
+        assert!(store.load(&archived).expect_err("deleted").is_not_found());
+        assert!(names(store, ListScope::All).is_empty());
     }
 
     // -----------------------------------------------------------------------------------
@@ -1327,7 +1460,9 @@ mod lifecycle {
         assert!(names(store, ListScope::All).is_empty());
     }
 
-    fn prune_by_size_keeps_the_newest_that_fit<S: SessionStore>(store: &S) {
+    fn prune_by_size_keeps_the_newest_that_fit_and_deletes_every_older_one<S: SessionStore>(
+        store: &S,
+    ) {
         // Newest first: big, small, big, small, big.
         for (name, updated, text) in [
             ("size-0", 500, 2_000),
@@ -1342,67 +1477,93 @@ mod lifecycle {
         let b = |name: &str| sizes[name];
         assert!(b("size-2") > b("size-3") && b("size-0") > b("size-1") + b("size-3"));
         let before = listing(store, ListScope::All);
+        let dry_run = |limit: u64| {
+            let report = store
+                .prune(&PrunePolicy::new().max_total_bytes(limit).dry_run(true))
+                .expect("dry run");
+            check_report(store, &report, &before, &sizes);
+            assert_eq!(report.kept + report.pruned.len(), 5);
+            pruned(&report)
+        };
 
-        // Exactly the newest, the small one after it and the small one after the big one
-        // in between: a session that does not fit goes, and older ones may still fit.
-        let limit = b("size-0") + b("size-1") + b("size-3");
-        let dry = store
-            .prune(&PrunePolicy::new().max_total_bytes(limit).dry_run(true))
-            .expect("dry run");
+        // Exactly the three newest: the rest go.
+        let three = b("size-0") + b("size-1") + b("size-2");
         assert_eq!(
-            pruned(&dry),
-            expect_pruned(&[("size-4", PruneReason::Size), ("size-2", PruneReason::Size)])
+            dry_run(three),
+            expect_pruned(&[("size-4", PruneReason::Size), ("size-3", PruneReason::Size)])
         );
-        check_report(store, &dry, &before, &sizes);
-        // One byte less: size-3 no longer fits either.
-        let dry = store
-            .prune(&PrunePolicy::new().max_total_bytes(limit - 1).dry_run(true))
-            .expect("dry run");
+        // One byte less: size-2 no longer fits, and size-3, small enough for the room
+        // left, goes with every session older than size-2 all the same.
         assert_eq!(
-            pruned(&dry),
+            dry_run(three - 1),
             expect_pruned(&[
                 ("size-4", PruneReason::Size),
                 ("size-3", PruneReason::Size),
                 ("size-2", PruneReason::Size),
             ])
         );
-        // Less than the newest alone: the newest goes, smaller older ones stay.
-        let dry = store
-            .prune(
-                &PrunePolicy::new()
-                    .max_total_bytes(b("size-0") - 1)
-                    .dry_run(true),
-            )
-            .expect("dry run");
+        // Room for size-3 beside the two newest: still not kept once size-2 did not fit.
+        let with_room = b("size-0") + b("size-1") + b("size-3");
+        assert!(with_room < three);
         assert_eq!(
-            pruned(&dry),
+            dry_run(with_room),
             expect_pruned(&[
                 ("size-4", PruneReason::Size),
+                ("size-3", PruneReason::Size),
                 ("size-2", PruneReason::Size),
+            ])
+        );
+        // Exactly the newest: size-1 would pass the limit, so it and every older one go.
+        assert_eq!(
+            dry_run(b("size-0")),
+            expect_pruned(&[
+                ("size-4", PruneReason::Size),
+                ("size-3", PruneReason::Size),
+                ("size-2", PruneReason::Size),
+                ("size-1", PruneReason::Size),
+            ])
+        );
+        // Less than the newest alone: the newest goes, and so do the older ones, small
+        // ones included.
+        assert!(b("size-1") < b("size-0") - 1);
+        assert_eq!(
+            dry_run(b("size-0") - 1),
+            expect_pruned(&[
+                ("size-4", PruneReason::Size),
+                ("size-3", PruneReason::Size),
+                ("size-2", PruneReason::Size),
+                ("size-1", PruneReason::Size),
                 ("size-0", PruneReason::Size),
             ])
         );
+        assert_eq!(
+            listing(store, ListScope::All),
+            before,
+            "dry runs delete nothing"
+        );
 
         let report = store
-            .prune(&PrunePolicy::new().max_total_bytes(limit))
+            .prune(&PrunePolicy::new().max_total_bytes(with_room))
             .expect("prune");
         assert_eq!(
             pruned(&report),
-            expect_pruned(&[("size-4", PruneReason::Size), ("size-2", PruneReason::Size)])
+            expect_pruned(&[
+                ("size-4", PruneReason::Size),
+                ("size-3", PruneReason::Size),
+                ("size-2", PruneReason::Size),
+            ])
         );
-        assert_eq!(report.kept, 3);
+        assert_eq!(report.kept, 2);
         check_report(store, &report, &before, &sizes);
         let left = names(store, ListScope::All);
-        assert_eq!(left, ["size-0", "size-1", "size-3"]);
-        assert_eq!(
-            left.iter().map(|name| bytes_of(store, name)).sum::<u64>(),
-            limit
-        );
+        assert_eq!(left, ["size-0", "size-1"]);
+        assert!(left.iter().map(|name| bytes_of(store, name)).sum::<u64>() <= with_room);
 
         let report = store
             .prune(&PrunePolicy::new().max_total_bytes(0))
             .expect("prune all");
-        assert_eq!(report.pruned.len(), 3);
+        assert_eq!(report.pruned.len(), 2);
+        assert_eq!(report.kept, 0);
         assert!(names(store, ListScope::All).is_empty());
     }
 
@@ -1421,15 +1582,39 @@ mod lifecycle {
         }
         let sizes = sizes(store);
         let before = listing(store, ListScope::All);
-        // Walking from the newest: mix-7 and mix-6 fit; mix-5 would pass the size; mix-4
-        // fits exactly (the third kept); mix-3 is beyond the count; the rest are older
-        // than at(250), which is checked first.
+        // Every session older than at(250) goes for its age, which is checked first.
         let policy = PrunePolicy::new()
             .now(at(650))
-            .max_age(Duration::from_secs(400))
+            .max_age(Duration::from_secs(400));
+
+        // Walking from the newest: mix-7 and mix-6 fit; mix-5 would pass the size while
+        // two sessions are kept, under the count of 3, so it goes for its size; so do
+        // mix-4 and mix-3 after it, although mix-4 would fit and the count is not reached.
+        let size_first = policy
+            .clone()
             .max_count(3)
             .max_total_bytes(sizes["mix-7"] + sizes["mix-6"] + sizes["mix-4"]);
-        let report = store.prune(&policy).expect("prune");
+        let report = store.prune(&size_first.dry_run(true)).expect("dry run");
+        assert_eq!(
+            pruned(&report),
+            expect_pruned(&[
+                ("mix-0", PruneReason::Age),
+                ("mix-1", PruneReason::Age),
+                ("mix-2", PruneReason::Age),
+                ("mix-3", PruneReason::Size),
+                ("mix-4", PruneReason::Size),
+                ("mix-5", PruneReason::Size),
+            ])
+        );
+        assert_eq!(report.kept, 2);
+        check_report(store, &report, &before, &sizes);
+
+        // With a count of 2, mix-5 breaks the count and the size at once: the count is
+        // reported, and every later one goes for the count too.
+        let count_first = policy
+            .max_count(2)
+            .max_total_bytes(sizes["mix-7"] + sizes["mix-6"] + sizes["mix-4"]);
+        let report = store.prune(&count_first).expect("prune");
         assert_eq!(
             pruned(&report),
             expect_pruned(&[
@@ -1437,13 +1622,16 @@ mod lifecycle {
                 ("mix-1", PruneReason::Age),
                 ("mix-2", PruneReason::Age),
                 ("mix-3", PruneReason::Count),
-                ("mix-5", PruneReason::Size),
+                ("mix-4", PruneReason::Count),
+                ("mix-5", PruneReason::Count),
             ])
         );
-        assert_eq!(report.kept, 3);
+        assert_eq!(report.kept, 2);
         check_report(store, &report, &before, &sizes);
-        assert_eq!(names(store, ListScope::All), ["mix-7", "mix-6", "mix-4"]);
-        assert!(!PruneReason::Age.to_string().is_empty());
+        assert_eq!(names(store, ListScope::All), ["mix-7", "mix-6"]);
+        for reason in [PruneReason::Age, PruneReason::Count, PruneReason::Size] {
+            assert!(!reason.to_string().is_empty());
+        }
     }
 
     fn prune_dry_run_deletes_nothing_and_reports_what_the_real_run_deletes<S: SessionStore>(
@@ -1586,15 +1774,27 @@ mod lifecycle {
         }
     }
 
-    /// A store that, the first time it is listed, saves one more revision of `victim`
-    /// behind the listing's back: what a concurrent writer does to a running prune.
-    struct SavesAfterListing<'a, S> {
+    /// A store that, the first time it is listed, runs `meanwhile` on the store behind
+    /// the listing's back: what a concurrent writer does to a running prune.
+    struct ChangesAfterListing<'a, S, F> {
         inner: &'a S,
-        victim: SessionId,
+        meanwhile: F,
         fired: AtomicBool,
     }
 
-    impl<S: SessionStore> SessionStore for SavesAfterListing<'_, S> {
+    impl<'a, S: SessionStore, F: Fn(&S) -> Result<()> + Send + Sync> ChangesAfterListing<'a, S, F> {
+        fn new(inner: &'a S, meanwhile: F) -> Self {
+            ChangesAfterListing {
+                inner,
+                meanwhile,
+                fired: AtomicBool::new(false),
+            }
+        }
+    }
+
+    impl<S: SessionStore, F: Fn(&S) -> Result<()> + Send + Sync> SessionStore
+        for ChangesAfterListing<'_, S, F>
+    {
         fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
             self.inner.save(snapshot)
         }
@@ -1614,14 +1814,7 @@ mod lifecycle {
         fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
             let listing = self.inner.list_scoped(scope)?;
             if !self.fired.swap(true, Ordering::SeqCst) {
-                let current = self.inner.load(&self.victim)?;
-                let updated = current.updated_at();
-                let next = current.with_appended(
-                    vec![Message::user("saved meanwhile")],
-                    Vec::new(),
-                    updated,
-                )?;
-                self.inner.save(&next)?;
+                (self.meanwhile)(self.inner)?;
             }
             Ok(listing)
         }
@@ -1630,8 +1823,8 @@ mod lifecycle {
             self.inner.set_archived(id, archived)
         }
 
-        fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
-            self.inner.delete_if_unchanged(id, revision)
+        fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+            self.inner.delete_if_unchanged(listed)
         }
 
         fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
@@ -1639,15 +1832,31 @@ mod lifecycle {
         }
     }
 
+    /// Asserts `report` skipped exactly `name`, as changed since the listing (with
+    /// `what` in what changed), and counted it as kept.
+    fn assert_skipped_as_changed(report: &PruneReport, name: &str, what: &str) {
+        assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+        assert_changed(&report.skipped[0], name, what);
+        assert!(
+            report.pruned.iter().all(|p| p.summary.id.as_str() != name),
+            "{name} is reported pruned"
+        );
+    }
+
     fn prune_keeps_a_session_saved_after_the_listing<S: SessionStore>(store: &S) {
         for (name, updated) in [("race-a", 0), ("race-b", 100), ("race-c", 200)] {
             save_aged(store, name, updated, 10);
         }
-        let racing = SavesAfterListing {
-            inner: store,
-            victim: id("race-a"),
-            fired: AtomicBool::new(false),
-        };
+        let racing = ChangesAfterListing::new(store, |inner: &S| {
+            let current = inner.load(&id("race-a"))?;
+            let updated = current.updated_at();
+            let next = current.with_appended(
+                vec![Message::user("saved meanwhile")],
+                Vec::new(),
+                updated,
+            )?;
+            inner.save(&next).map(|_| ())
+        });
         let report = racing
             .prune(&PrunePolicy::new().max_count(0))
             .expect("prune");
@@ -1658,20 +1867,80 @@ mod lifecycle {
                 ("race-c", PruneReason::Count)
             ])
         );
-        assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
-        assert!(
-            matches!(&report.skipped[0], Error::Conflict { id, expected, found: Some(found) }
-                if id.as_str() == "race-a"
-                    && *expected == Revision::from_u64(1)
-                    && *found == Revision::from_u64(2)),
-            "{:?}",
-            report.skipped
-        );
+        assert_skipped_as_changed(&report, "race-a", "revision 2");
         assert_eq!(report.kept, 1, "the session saved meanwhile counts as kept");
         let survivor = store.load(&id("race-a")).expect("the later save survives");
         assert_eq!(survivor.revision(), Revision::from_u64(2));
         assert_eq!(survivor.transcript().len(), 2);
         assert_eq!(names(store, ListScope::All), ["race-a"]);
+    }
+
+    fn prune_keeps_a_session_archived_restored_or_re_created_after_the_listing<S: SessionStore>(
+        store: &S,
+    ) {
+        // Pruning archived sessions only, one restored meanwhile (it left the scope the
+        // prune applies to) is kept.
+        for (name, updated) in [("arch-old", 0), ("arch-new", 100), ("plain", 200)] {
+            save_aged(store, name, updated, 10);
+        }
+        for name in ["arch-old", "arch-new"] {
+            store.set_archived(&id(name), true).expect("archive");
+        }
+        let restored = store.load(&id("arch-old")).expect("load");
+        let racing = ChangesAfterListing::new(store, |inner: &S| {
+            inner.set_archived(&id("arch-old"), false)
+        });
+        let report = racing
+            .prune(&PrunePolicy::new().max_count(0).archived_only())
+            .expect("prune");
+        assert_eq!(
+            pruned(&report),
+            expect_pruned(&[("arch-new", PruneReason::Count)])
+        );
+        assert_skipped_as_changed(&report, "arch-old", "restored");
+        assert_eq!(report.kept, 1);
+        assert_eq!(store.load(&id("arch-old")).expect("kept"), restored);
+        assert_eq!(names(store, ListScope::Active), ["plain", "arch-old"]);
+        assert!(names(store, ListScope::Archived).is_empty());
+
+        // Archived meanwhile: kept too.
+        let archived = store.load(&id("plain")).expect("load");
+        let racing =
+            ChangesAfterListing::new(store, |inner: &S| inner.set_archived(&id("plain"), true));
+        let report = racing
+            .prune(&PrunePolicy::new().max_count(0))
+            .expect("prune");
+        assert_eq!(
+            pruned(&report),
+            expect_pruned(&[("arch-old", PruneReason::Count)])
+        );
+        assert_skipped_as_changed(&report, "plain", "archived");
+        assert_eq!(report.kept, 1);
+        assert_eq!(store.load(&id("plain")).expect("kept"), archived);
+        assert_eq!(names(store, ListScope::Archived), ["plain"]);
+
+        // Deleted and created again meanwhile, at the revision the listing showed: the
+        // new session is kept whole.
+        let reborn = SessionSnapshot::builder(id("plain"), "prune-model")
+            .timestamps(at(150), at(200))
+            .transcript(vec![Message::user("reborn")])
+            .build()
+            .expect("build");
+        let racing = ChangesAfterListing::new(store, |inner: &S| {
+            inner.delete(&id("plain"))?;
+            inner.save(&reborn).map(|_| ())
+        });
+        let report = racing
+            .prune(&PrunePolicy::new().max_count(0))
+            .expect("prune");
+        assert!(report.pruned.is_empty(), "{:?}", pruned(&report));
+        assert_skipped_as_changed(&report, "plain", "created");
+        assert_eq!(report.kept, 1);
+        assert_eq!(
+            store.load(&id("plain")).expect("the new session"),
+            reborn.clone().with_revision(Revision::from_u64(1))
+        );
+        assert_eq!(names(store, ListScope::Active), ["plain"]);
     }
 
     // -----------------------------------------------------------------------------------
@@ -1875,6 +2144,14 @@ mod lifecycle {
                 "{err:?}"
             );
             assert_eq!(err.kind(), ErrorKind::Conflict);
+            // The library's message names the id and no command-line flag (a CLI adds
+            // its own).
+            let message = err.to_string();
+            assert!(
+                message.contains(taken) && message.contains("already exists"),
+                "{message}"
+            );
+            assert!(!message.contains("--"), "{message}");
             for other in &ids {
                 if other.as_str() != taken {
                     assert!(
@@ -1899,6 +2176,328 @@ mod lifecycle {
             .expect_err("every id is taken");
         assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
         assert_eq!(listing(&source, ListScope::All).len(), 3);
+    }
+
+    /// A store that imports through `on_save` (given the inner store, the snapshot and
+    /// the 1-based number of the save) and takes back through `on_delete` (given the inner
+    /// store and the session as written), recording both.
+    struct ImportTarget<'a, S, W, D> {
+        inner: &'a S,
+        on_save: W,
+        on_delete: D,
+        saves: AtomicUsize,
+        deletes: Mutex<Vec<String>>,
+    }
+
+    impl<'a, S, W, D> ImportTarget<'a, S, W, D>
+    where
+        S: SessionStore,
+        W: Fn(&S, &SessionSnapshot, usize) -> Result<Revision> + Send + Sync,
+        D: Fn(&S, &SessionSummary) -> Result<()> + Send + Sync,
+    {
+        fn new(inner: &'a S, on_save: W, on_delete: D) -> Self {
+            ImportTarget {
+                inner,
+                on_save,
+                on_delete,
+                saves: AtomicUsize::new(0),
+                deletes: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn saves(&self) -> usize {
+            self.saves.load(Ordering::SeqCst)
+        }
+
+        fn deletes(&self) -> Vec<String> {
+            self.deletes.lock().expect("deletes").clone()
+        }
+    }
+
+    impl<S, W, D> SessionStore for ImportTarget<'_, S, W, D>
+    where
+        S: SessionStore,
+        W: Fn(&S, &SessionSnapshot, usize) -> Result<Revision> + Send + Sync,
+        D: Fn(&S, &SessionSummary) -> Result<()> + Send + Sync,
+    {
+        fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+            let call = self.saves.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.on_save)(self.inner, snapshot, call)
+        }
+
+        fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+            self.inner.load(id)
+        }
+
+        fn list(&self) -> Result<SessionList> {
+            self.inner.list()
+        }
+
+        fn delete(&self, id: &SessionId) -> Result<()> {
+            self.inner.delete(id)
+        }
+
+        fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+            self.inner.list_scoped(scope)
+        }
+
+        fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+            self.inner.set_archived(id, archived)
+        }
+
+        fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+            self.deletes
+                .lock()
+                .expect("deletes")
+                .push(listed.id.to_string());
+            (self.on_delete)(self.inner, listed)
+        }
+
+        fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+            self.inner.stored_bytes(id)
+        }
+    }
+
+    /// An error this test makes up, for `what` ("save", "delete").
+    fn injected(what: &str) -> Error {
+        Error::Io {
+            operation: "inject a failure",
+            path: PathBuf::from(what),
+            source: io::Error::other(format!("injected {what} failure")),
+        }
+    }
+
+    /// Whether `err` is the error [`injected`] made for `what`.
+    fn is_injected(err: &Error, what: &str) -> bool {
+        matches!(err, Error::Io { operation: "inject a failure", path, .. } if path.as_path() == Path::new(what))
+    }
+
+    /// A save that passes through to the inner store.
+    fn pass_save<S: SessionStore>(
+        inner: &S,
+        snapshot: &SessionSnapshot,
+        _: usize,
+    ) -> Result<Revision> {
+        inner.save(snapshot)
+    }
+
+    /// A conditional delete that passes through to the inner store.
+    fn pass_delete<S: SessionStore>(inner: &S, listed: &SessionSummary) -> Result<()> {
+        inner.delete_if_unchanged(listed)
+    }
+
+    fn import_refuses_a_fork_mapped_onto_its_parents_id<S: SessionStore>(make: &impl Fn() -> S) {
+        let source = make();
+        let ids = exportable(&source);
+        let onto_parent = ImportIds::Map(HashMap::from([(id("exp-fork"), id("exp-parent"))]));
+        // The fork alone, into a store without its parent, under its parent's id; and
+        // the same after a session imported first. Nothing is saved at all.
+        for exported in [vec![id("exp-fork")], vec![id("exp-plain"), id("exp-fork")]] {
+            let bundle = source.export(&exported).expect("export");
+            let target = make();
+            let counting = ImportTarget::new(&target, pass_save, pass_delete);
+            let err = counting
+                .import(&bundle, &onto_parent)
+                .expect_err("a fork under its parent's id");
+            assert!(
+                matches!(&err, Error::InvalidArgument { reason } if reason.contains("exp-parent")),
+                "{err:?}"
+            );
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert_eq!(counting.saves(), 0, "refused after a save");
+            assert!(counting.deletes().is_empty());
+            assert!(names(&target, ListScope::All).is_empty());
+
+            // Under another id it imports, still naming its parent.
+            let aside = ImportIds::Map(HashMap::from([(id("exp-fork"), id("exp-fork-copy"))]));
+            target.import(&bundle, &aside).expect("import aside");
+            assert_eq!(
+                target
+                    .load(&id("exp-fork-copy"))
+                    .expect("load")
+                    .lineage()
+                    .map(|l| l.parent.as_str()),
+                Some("exp-parent")
+            );
+        }
+        // With its parent in the bundle, moved to another id, the fork may take the
+        // parent's old id: its lineage follows the parent.
+        let whole = source.export(&ids).expect("export");
+        let swap = ImportIds::Map(HashMap::from([
+            (id("exp-parent"), id("exp-fork")),
+            (id("exp-fork"), id("exp-parent")),
+        ]));
+        let target = make();
+        target.import(&whole, &swap).expect("import swapped");
+        assert_eq!(
+            target
+                .load(&id("exp-parent"))
+                .expect("the fork")
+                .lineage()
+                .map(|l| l.parent.as_str()),
+            Some("exp-fork")
+        );
+        assert_eq!(
+            target.load(&id("exp-fork")).expect("the parent").lineage(),
+            None
+        );
+    }
+
+    fn import_failing_midway_deletes_what_it_wrote<S: SessionStore>(make: &impl Fn() -> S) {
+        let source = make();
+        let ids = exportable(&source);
+        let bundle = source.export(&ids).expect("export");
+        let map = ImportIds::Map(HashMap::from([(id("exp-parent"), id("moved-parent"))]));
+        let targets = ["moved-parent", "exp-plain", "exp-fork"];
+        for fail_at in 1..=3 {
+            let target = make();
+            target.save(&simple_snapshot("bystander", 1)).expect("save");
+            let before = listing(&target, ListScope::All);
+            let flaky = ImportTarget::new(
+                &target,
+                |inner: &S, snapshot: &SessionSnapshot, call: usize| {
+                    if call == fail_at {
+                        Err(injected("save"))
+                    } else {
+                        inner.save(snapshot)
+                    }
+                },
+                pass_delete,
+            );
+            let err = flaky.import(&bundle, &map).expect_err("a save fails");
+            assert!(
+                is_injected(&err, "save"),
+                "save {fail_at}: not the save's own error: {err:?}"
+            );
+            assert_eq!(flaky.saves(), fail_at);
+            assert_eq!(
+                flaky.deletes(),
+                targets[..fail_at - 1],
+                "save {fail_at}: what was taken back"
+            );
+            assert_eq!(
+                listing(&target, ListScope::All),
+                before,
+                "save {fail_at}: sessions left behind"
+            );
+            // The import runs again once the store works.
+            assert_eq!(target.import(&bundle, &map).expect("import").len(), 3);
+        }
+
+        // Another writer takes the third id between the import's check and its save: the
+        // import fails as if the id had been taken from the start, takes back its own
+        // two sessions, and leaves the other writer's alone.
+        let target = make();
+        let occupant = SessionSnapshot::builder(id("exp-fork"), "someone-else")
+            .transcript(vec![Message::user("mine")])
+            .build()
+            .expect("build");
+        let racing = ImportTarget::new(
+            &target,
+            |inner: &S, snapshot: &SessionSnapshot, call: usize| {
+                if call == 3 {
+                    inner.save(&occupant)?;
+                }
+                inner.save(snapshot)
+            },
+            pass_delete,
+        );
+        let err = racing.import(&bundle, &map).expect_err("the id was taken");
+        assert!(
+            matches!(&err, Error::AlreadyExists { id } if id.as_str() == "exp-fork"),
+            "{err:?}"
+        );
+        assert_eq!(racing.deletes(), targets[..2]);
+        assert_eq!(names(&target, ListScope::All), ["exp-fork"]);
+        assert_eq!(
+            target.load(&id("exp-fork")).expect("the occupant"),
+            occupant.with_revision(Revision::from_u64(1))
+        );
+    }
+
+    fn import_that_cannot_delete_what_it_wrote_names_what_is_left<S: SessionStore>(
+        make: &impl Fn() -> S,
+    ) {
+        let source = make();
+        let ids = exportable(&source);
+        let bundle = source.export(&ids).expect("export");
+        let map = ImportIds::Map(HashMap::from([(id("exp-parent"), id("moved-parent"))]));
+        let fail_third = |inner: &S, snapshot: &SessionSnapshot, call: usize| {
+            if call == 3 {
+                Err(injected("save"))
+            } else {
+                inner.save(snapshot)
+            }
+        };
+        // Returns the sessions `err` says were left, checking it is `ImportIncomplete`
+        // with the save's error as its source.
+        let left_by = |err: &Error| -> Vec<String> {
+            let Error::ImportIncomplete { left, source } = err else {
+                panic!("expected Error::ImportIncomplete, got {err:?}");
+            };
+            let cause = source
+                .downcast_ref::<Error>()
+                .expect("the source is the crate's error");
+            assert!(is_injected(cause, "save"), "{cause:?}");
+            assert!(std::error::Error::source(err).is_some());
+            assert_eq!(err.kind(), ErrorKind::Io);
+            assert!(!err.is_conflict() && !err.is_not_found());
+            for name in left {
+                assert!(err.to_string().contains(name.as_str()), "{err}");
+            }
+            left.iter().map(ToString::to_string).collect()
+        };
+
+        // No delete works: both sessions written are left, named, and stored as imported.
+        let target = make();
+        let stuck = ImportTarget::new(&target, fail_third, |_: &S, _: &SessionSummary| {
+            Err(injected("delete"))
+        });
+        let err = stuck.import(&bundle, &map).expect_err("a save fails");
+        assert_eq!(left_by(&err), ["moved-parent", "exp-plain"]);
+        assert_eq!(stuck.deletes(), ["moved-parent", "exp-plain"]);
+        assert_eq!(
+            names(&target, ListScope::All),
+            ["exp-plain", "moved-parent"]
+        );
+        assert_same_content(
+            &target.load(&id("moved-parent")).expect("left"),
+            &source.load(&id("exp-parent")).expect("original"),
+        );
+
+        // One delete fails: only that session is named; the other is deleted.
+        let target = make();
+        let one_stuck =
+            ImportTarget::new(&target, fail_third, |inner: &S, listed: &SessionSummary| {
+                if listed.id.as_str() == "exp-plain" {
+                    Err(injected("delete"))
+                } else {
+                    inner.delete_if_unchanged(listed)
+                }
+            });
+        let err = one_stuck.import(&bundle, &map).expect_err("a save fails");
+        assert_eq!(left_by(&err), ["exp-plain"]);
+        assert_eq!(names(&target, ListScope::All), ["exp-plain"]);
+
+        // Another writer saved one of them meanwhile: it is left alone, and named; one
+        // another writer deleted meanwhile is not.
+        let target = make();
+        let raced = ImportTarget::new(&target, fail_third, |inner: &S, listed: &SessionSummary| {
+            match listed.id.as_str() {
+                "moved-parent" => {
+                    save_again(inner, "moved-parent");
+                }
+                _ => inner.delete(&listed.id)?,
+            }
+            inner.delete_if_unchanged(listed)
+        });
+        let err = raced.import(&bundle, &map).expect_err("a save fails");
+        assert_eq!(left_by(&err), ["moved-parent"]);
+        assert_eq!(names(&target, ListScope::All), ["moved-parent"]);
+        assert_eq!(
+            target.load(&id("moved-parent")).expect("kept").revision(),
+            Revision::from_u64(2)
+        );
     }
 
     fn export_refuses_missing_and_repeated_ids<S: SessionStore>(store: &S) {

@@ -105,7 +105,9 @@ pub fn fork(
     new_id: Option<SessionId>,
 ) -> Result<(), Failure> {
     let new_id = new_id.unwrap_or_else(SessionId::generate);
-    let fork = store.fork(id, at, new_id)?;
+    let fork = store
+        .fork(id, at, new_id)
+        .map_err(|e| with_hint(e, "--as ID gives the fork another id"))?;
     let kept = fork.transcript().len();
     let revision = fork.lineage().map_or_else(String::new, |l| {
         format!(" (revision {})", l.parent_revision)
@@ -169,8 +171,10 @@ pub fn prune(
     }
     let mut failed = 0usize;
     for e in &report.skipped {
-        if let Error::Conflict { id, .. } = e {
-            eprintln!("kept {id}: it was saved again while the prune ran");
+        if let Error::Changed { id, change } = e {
+            eprintln!("kept {id}: {change} while the prune ran");
+        } else if e.is_not_found() {
+            eprintln!("already gone: {}", chain(e));
         } else {
             failed += 1;
             eprintln!("could not delete: {}", chain(e));
@@ -303,9 +307,13 @@ pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failur
         ImportIds::Keep
     };
     let imported = store.import(&bundle, &ids).map_err(|e| {
-        let mut failure = Failure::from(e);
+        // An incomplete import says itself which sessions it left behind.
+        let complete_refusal = !matches!(e, agent_session::Error::ImportIncomplete { .. });
+        let mut failure = with_hint(e, "--new-ids imports the sessions under new ids");
         if let Failure::Error(message) = &mut failure {
-            message.push_str("\nnothing was imported");
+            if complete_refusal {
+                message.push_str("\nnothing was imported");
+            }
         }
         failure
     })?;
@@ -318,4 +326,15 @@ pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failur
         store.dir().display()
     );
     Ok(())
+}
+
+/// The failure for `error`, with `hint` on a line of its own if the error is a taken id.
+fn with_hint(error: Error, hint: &str) -> Failure {
+    let taken = matches!(error, Error::AlreadyExists { .. });
+    let mut failure = Failure::from(error);
+    if let (true, Failure::Error(message)) = (taken, &mut failure) {
+        message.push_str("\nhint: ");
+        message.push_str(hint);
+    }
+    failure
 }

@@ -1361,9 +1361,8 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     ] {
         assert_eq!(clean_save_calls(control, Existing::Remembered), replacing);
     }
-    // A delete of a session with no journal: its archive marker, if any (removed durably
-    // first), the base, its removal made durable, then the summary and the directory
-    // synced again. (The base's
+    // A delete of a session with no journal: the base, its removal made durable, then the
+    // summary and an archive marker, if any, and the directory synced again. (The base's
     // unlink is synced before any other file goes, so a crash never keeps a base whose
     // journal is gone.)
     assert_eq!(
@@ -1371,12 +1370,12 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         [
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
-            (SymlinkMetadata, "archived"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
             (SymlinkMetadata, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
     );
@@ -1732,8 +1731,10 @@ fn delete_with_fault(
                 ensure!(
                     matches!(
                         (calls[i].op, kind(&calls[i])),
-                        (Op::SymlinkMetadata | Op::RemoveFile, "journal" | "summary")
-                            | (Op::SyncDir, "dir")
+                        (
+                            Op::SymlinkMetadata | Op::RemoveFile,
+                            "journal" | "summary" | "archived"
+                        ) | (Op::SyncDir, "dir")
                     ),
                     "failure after the unlink of the base: {:?} on {:?}",
                     calls[i].op,
@@ -1861,22 +1862,21 @@ fn every_failing_call_of_a_delete_of_an_archived_session_keeps_or_removes_the_wh
         journal: true,
         archived: true,
     };
-    // The archive marker goes first, durably (so none can outlive the session and archive
-    // a new one under the same id), then the base, durably, then the journal and summary.
+    // The base goes first, durably, then the journal, the summary and last the archive
+    // marker (so a delete that fails keeps an archived session archived).
     assert_eq!(
         clean_delete_calls_of(case),
         [
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
-            (SymlinkMetadata, "archived"),
-            (RemoveFile, "archived"),
-            (SyncDir, "dir"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
             (SymlinkMetadata, "journal"),
             (RemoveFile, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "archived"),
+            (RemoveFile, "archived"),
             (SyncDir, "dir"),
         ]
     );
@@ -2676,13 +2676,13 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         [
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
-            (SymlinkMetadata, "archived"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
             (SymlinkMetadata, "journal"),
             (RemoveFile, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
     );

@@ -136,7 +136,9 @@ pub enum Durability {
 /// - Archiving ([`set_archived`](SessionStore::set_archived)) creates an empty 0600 file
 ///   `<dir>/<id>.archived` (and fsyncs the directory); restoring removes it. The snapshot,
 ///   journal and summary are not touched, and listings skip archived sessions by name.
-///   A delete removes the marker first, durably, so no marker outlives its session.
+///   A delete removes the marker last; a marker left without its session (by a crash, or
+///   by hand) is removed by the first save of a new session under that id, so it never
+///   archives a new session.
 /// - [`delete_if_unchanged`](SessionStore::delete_if_unchanged) decides and deletes under
 ///   the write lock, so [`prune`](SessionStore::prune) never deletes a session that a save
 ///   (from any process) moved since it was listed.
@@ -1537,14 +1539,26 @@ impl SessionStore for FileSessionStore {
         Ok(Some(bytes))
     }
 
-    /// Deletes the session if the stored revision is still `revision`, deciding and
-    /// deleting under the store's write lock, so no save (from this process or another)
-    /// can land in between.
-    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
+    /// Deletes the session if it is still as listed (revision, creation time, archive
+    /// marker), deciding and deleting under the store's write lock, so no save or archive
+    /// change (from this process or another) can land in between.
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let _lock = self.write_lock()?;
         self.check_root()?;
-        let stored = self.stored_state(id, false)?;
-        check_unchanged(id, revision, stored.map(|known| known.revision))?;
+        let id = &listed.id;
+        let stored = match self.stored_state(id, false)? {
+            Some(known) => {
+                let marker = self.archived_path(id);
+                let archived = match self.fs.symlink_metadata(&marker) {
+                    Ok(_) => true,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                    Err(e) => return Err(Error::io("inspect", &marker, e)),
+                };
+                Some((known.revision, known.created_at, archived))
+            }
+            None => None,
+        };
+        check_unchanged(listed, stored)?;
         self.delete_locked(id)
     }
 }
@@ -1588,21 +1602,6 @@ impl FileSessionStore {
                 .sync_dir(&self.root)
                 .map_err(|e| Error::io("sync the directory after a delete in", &self.root, e))
         };
-        // An archive marker goes (durably) before the snapshot, so none outlives it to
-        // archive a new session saved later under the same id: a crash in between leaves
-        // the session whole and merely active again.
-        let marker = self.archived_path(id);
-        match self.fs.symlink_metadata(&marker) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                self.fs
-                    .remove_file(&marker)
-                    .map_err(|e| Error::io("remove", &marker, e))?;
-                sync_dir()?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("inspect", &marker, e)),
-        }
         if found {
             self.fs
                 .remove_file(&path)
@@ -1612,10 +1611,16 @@ impl FileSessionStore {
             // at an older revision.
             sync_dir()?;
         }
-        // Without its snapshot a journal or summary is never read; they are removed all the
-        // same (also those a delete cut short left behind).
+        // Without its snapshot a journal, summary or archive marker is never read; they are
+        // removed all the same (also those a delete cut short left behind). The marker
+        // goes last, so a failed delete leaves an archived session archived; one that a
+        // crash leaves behind is removed by the next first save under the id.
         let mut removed_extra = false;
-        for extra in [self.journal_path(id), self.summary_path(id)] {
+        for extra in [
+            self.journal_path(id),
+            self.summary_path(id),
+            self.archived_path(id),
+        ] {
             match self.fs.symlink_metadata(&extra) {
                 Ok(meta) if meta.is_dir() => {}
                 Ok(_) => {

@@ -133,14 +133,13 @@ impl SessionStore for MemorySessionStore {
         Ok(())
     }
 
-    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let mut sessions = self.sessions();
-        check_unchanged(
-            id,
-            revision,
-            sessions.get(id).map(|s| s.snapshot.revision()),
-        )?;
-        sessions.remove(id);
+        let stored = sessions
+            .get(&listed.id)
+            .map(|s| (s.snapshot.revision(), s.snapshot.created_at(), s.archived));
+        check_unchanged(listed, stored)?;
+        sessions.remove(&listed.id);
         Ok(())
     }
 }

@@ -347,10 +347,11 @@ impl SessionPage {
 ///   and fails with [`Error::Conflict`] otherwise, changing nothing.
 /// - [`load`](Self::load) returns the snapshot with its stored revision set
 ///   ([`SessionSnapshot::with_revision`]).
-/// - A failed call changes nothing that is stored, with two exceptions a store must say
-///   in its error: [`Error::NotDurable`], for a save whose new revision is in place but may
-///   not survive a power loss, and a delete that removed the session but could not make
-///   the removal durable.
+/// - A failed call changes nothing that is stored, with exceptions a store must say in
+///   its error: [`Error::NotDurable`], for a save whose new revision is in place but may
+///   not survive a power loss; a delete that removed the session, or an archive change
+///   that was made, but could not be made durable; and an import that failed midway and
+///   could not take back what it wrote ([`Error::ImportIncomplete`]).
 ///
 /// # Examples
 ///
@@ -447,10 +448,18 @@ pub trait SessionStore: Send + Sync {
     /// loads, saves and forks as before, and stays archived across saves. Archiving an
     /// archived session, or restoring an active one, does nothing.
     ///
+    /// A custom store that implements it keeps the state apart from the snapshot (the
+    /// revision does not change) and must also leave archived sessions out of
+    /// [`list`](Self::list), show them in [`list_scoped`](Self::list_scoped) with
+    /// [`SessionSummary::archived`] set, and forget the state when the session is deleted,
+    /// so that a new session under the same id starts active.
+    ///
     /// # Errors
     ///
     /// [`Error::NotFound`] if there is no such session; [`Error::Unsupported`] from the
-    /// default implementation, for stores that cannot archive; storage errors otherwise.
+    /// default implementation, for stores that cannot archive; storage errors otherwise
+    /// (for [`FileSessionStore`], a failed directory fsync after the marker changed: the
+    /// change is made but may not survive a power loss).
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         let _ = (id, archived);
         Err(Error::Unsupported {
@@ -459,23 +468,28 @@ pub trait SessionStore: Send + Sync {
         })
     }
 
-    /// Deletes session `id` only if it is still stored at `revision`: a delete that
-    /// cannot race a save. [`prune`](Self::prune) deletes through it, so a session saved
-    /// after it was chosen is kept, and a session is never half-deleted by a concurrent
-    /// save.
+    /// Deletes the session `listed` describes only if it is still as listed: the same
+    /// revision, the same creation time (a session deleted and saved again starts over at
+    /// revision one) and the same archive state. [`prune`](Self::prune) deletes through
+    /// it, so a session saved, re-created, archived or restored after it was chosen is
+    /// kept.
     ///
-    /// The default implementation compares and deletes in two steps (a save landing in
-    /// between is lost); stores with a lock or transactions do both at once, as
-    /// [`FileSessionStore`] and [`MemorySessionStore`] do.
+    /// The default implementation compares the revision and creation time, then deletes,
+    /// in two steps (a save landing in between is lost) and without the archive state;
+    /// stores with a lock or transactions do it all at once, as [`FileSessionStore`] and
+    /// [`MemorySessionStore`] do.
     ///
     /// # Errors
     ///
-    /// [`Error::Conflict`] if another revision is stored (nothing is deleted);
+    /// [`Error::Changed`] if the session is no longer as listed (nothing is deleted);
     /// [`Error::NotFound`] if there is no such session; storage errors otherwise.
-    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
-        let stored = self.load(id)?.revision();
-        check_unchanged(id, revision, Some(stored))?;
-        self.delete(id)
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+        let stored = self.load(&listed.id)?;
+        check_unchanged(
+            listed,
+            Some((stored.revision(), stored.created_at(), listed.archived)),
+        )?;
+        self.delete(&listed.id)
     }
 
     /// How many bytes the store uses for session `id`, if it can tell: for
@@ -547,14 +561,17 @@ pub trait SessionStore: Send + Sync {
     /// Imports every session of `bundle` as a new session (revision 1), under the ids
     /// `ids` chooses, and returns where each went. All or nothing: if any target id is
     /// taken nothing is written, and if a save fails midway the sessions already
-    /// imported are deleted again. A fork whose parent is imported with it points at the
-    /// parent's new id. The bundle's snapshots were validated like a load when it was
-    /// decoded ([`Bundle::from_json`]).
+    /// imported are deleted again. (That holds against errors and concurrent writers; a
+    /// crash midway leaves the sessions saved before it.) A fork whose parent is imported
+    /// with it points at the parent's new id. The bundle's snapshots were validated like a
+    /// load when it was decoded ([`Bundle::from_json`]).
     ///
     /// # Errors
     ///
     /// [`Error::AlreadyExists`] if a target id is stored; [`Error::InvalidArgument`] if
-    /// `ids` maps two sessions to one id; storage errors otherwise.
+    /// `ids` maps two sessions to one id or a fork onto its parent's id; storage errors
+    /// otherwise, or [`Error::ImportIncomplete`] if some sessions written before the error
+    /// could not be deleted again.
     fn import(&self, bundle: &Bundle, ids: &ImportIds) -> Result<Vec<Imported>> {
         bundle::import(self, bundle, ids)
     }
@@ -589,8 +606,8 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         (**self).set_archived(id, archived)
     }
 
-    fn delete_if_unchanged(&self, id: &SessionId, revision: Revision) -> Result<()> {
-        (**self).delete_if_unchanged(id, revision)
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+        (**self).delete_if_unchanged(listed)
     }
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
@@ -614,21 +631,40 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     }
 }
 
-/// Decides a compare-and-swap delete: `stored` is the revision the store holds now.
+/// Decides a conditional delete: `stored` is the revision, creation time and archive
+/// state the store holds now for the session `listed` describes.
 pub(crate) fn check_unchanged(
-    id: &SessionId,
-    expected: Revision,
-    stored: Option<Revision>,
+    listed: &SessionSummary,
+    stored: Option<(Revision, DateTime<Utc>, bool)>,
 ) -> Result<()> {
-    match stored {
-        None => Err(Error::NotFound { id: id.clone() }),
-        Some(found) if found != expected => Err(Error::Conflict {
-            id: id.clone(),
-            expected,
-            found: Some(found),
-        }),
-        Some(_) => Ok(()),
-    }
+    let id = &listed.id;
+    let Some((revision, created_at, archived)) = stored else {
+        return Err(Error::NotFound { id: id.clone() });
+    };
+    let change = if created_at != listed.created_at {
+        format!(
+            "it was deleted and created again at {created_at}, after the listed one of {}",
+            listed.created_at
+        )
+    } else if revision != listed.revision {
+        format!(
+            "it was saved at revision {revision} after the listed revision {}",
+            listed.revision
+        )
+    } else if archived != listed.archived {
+        if archived {
+            "it was archived"
+        } else {
+            "it was restored from the archive"
+        }
+        .to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Error::Changed {
+        id: id.clone(),
+        change,
+    })
 }
 
 /// A save of a new session that found its id taken reports it as such, not as a lost

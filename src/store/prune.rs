@@ -12,8 +12,11 @@ use crate::error::{Error, Result};
 /// Limits left unset do not apply; a policy with none deletes nothing.
 ///
 /// Age is measured from a session's last update. Count and size keep the most recently
-/// updated sessions: walking from the newest, a session goes once the ones kept before it
-/// already reach the count or, with it, would pass the size.
+/// updated sessions and delete the oldest: walking from the newest, a session goes once
+/// the ones kept before it already reach the count, or once it would take the total past
+/// the size, and so does every session older than it (even one small enough to fit), so
+/// what is left is always the newest sessions. A newest session larger than the size
+/// limit goes too: preview with [`dry_run`](Self::dry_run).
 ///
 /// # Examples
 ///
@@ -123,16 +126,19 @@ impl PrunePolicy {
             .and_then(|age| chrono::Duration::from_std(age).ok())
             .and_then(|age| now.checked_sub_signed(age));
         let (mut kept, mut kept_bytes) = (0usize, 0u64);
+        // Once a session does not fit, no older one is kept for its size.
+        let mut full = false;
         let mut pruned = Vec::new();
         for (summary, bytes) in sessions {
+            full = full
+                || self
+                    .max_total_bytes
+                    .is_some_and(|max| kept_bytes.saturating_add(bytes) > max);
             let reason = if oldest_kept.is_some_and(|limit| summary.updated_at < limit) {
                 Some(PruneReason::Age)
             } else if self.max_count.is_some_and(|max| kept >= max) {
                 Some(PruneReason::Count)
-            } else if self
-                .max_total_bytes
-                .is_some_and(|max| kept_bytes.saturating_add(bytes) > max)
-            {
+            } else if full {
                 Some(PruneReason::Size)
             } else {
                 None
@@ -195,8 +201,9 @@ pub struct PruneReport {
     pub dry_run: bool,
     /// The sessions deleted (or that would be, in a dry run), oldest first.
     pub pruned: Vec<Pruned>,
-    /// Sessions the policy chose that were not deleted: saved again since they were
-    /// listed ([`Error::Conflict`]), or failing to delete.
+    /// Sessions the policy chose that were not deleted: changed since they were listed
+    /// ([`Error::Changed`]: saved, re-created, archived or restored), gone already
+    /// ([`Error::NotFound`]), or failing to delete.
     pub skipped: Vec<Error>,
     /// How many sessions the policy looked at and kept.
     pub kept: usize,
@@ -208,7 +215,9 @@ impl PruneReport {
     /// The bytes the pruned sessions used (freed, unless this was a dry run).
     #[must_use]
     pub fn bytes(&self) -> u64 {
-        self.pruned.iter().map(|p| p.bytes).sum()
+        self.pruned
+            .iter()
+            .fold(0, |total, p| total.saturating_add(p.bytes))
     }
 }
 
@@ -255,10 +264,10 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
             report.pruned.push(victim);
             continue;
         }
-        match store.delete_if_unchanged(&victim.summary.id, victim.summary.revision) {
+        match store.delete_if_unchanged(&victim.summary) {
             Ok(()) => report.pruned.push(victim),
             Err(e) => {
-                if e.is_conflict() {
+                if matches!(e, Error::Changed { .. }) {
                     report.kept += 1;
                 }
                 report.skipped.push(e);
