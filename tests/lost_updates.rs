@@ -520,3 +520,50 @@ fn accounting_rejects_each_kind_of_discrepancy() {
         .expect_err("duplicate")
         .contains("each once"));
 }
+
+/// A load never gives up on a session that writers keep rewriting: reads take no lock and
+/// start again when a save replaces the snapshot under them, and after a few such
+/// attempts the store reads under its write lock instead of reporting the session as
+/// unreadable. (Before, two processes rewriting one session back to back made a load fail
+/// now and then with "the session kept changing while it was read".) This is the
+/// real-threads companion of the deterministic
+/// `store::fault_injection::a_load_that_keeps_losing_to_rewrites_reads_under_the_lock_instead_of_failing`,
+/// which forces every lock-free attempt to lose.
+#[test]
+fn loads_racing_back_to_back_rewrites_always_succeed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let writer_store = agent_session::FileSessionStore::builder()
+        .durability(agent_session::Durability::Buffered)
+        .open(dir.path())
+        .expect("open");
+    let reader_store = FileSessionStore::open(dir.path()).expect("open");
+    writer_store
+        .save(&state(0, "w", Revision::NEW))
+        .expect("first save");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (loads, rewrites) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut revision = Revision::from_u64(1);
+            let mut rewrites = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // A builder snapshot is always written whole: the base is replaced.
+                revision = writer_store
+                    .save(&state(revision.as_u64(), "w", revision))
+                    .expect("rewrite");
+                rewrites += 1;
+            }
+            rewrites
+        });
+        let mut loads = 0u64;
+        let started = Instant::now();
+        while loads < 2_000 || started.elapsed().as_millis() < 200 {
+            let loaded = reader_store.load(&session());
+            assert!(loaded.is_ok(), "load {loads} failed: {loaded:?}");
+            loads += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (loads, writer.join().expect("writer"))
+    });
+    assert!(rewrites > 0, "the writer never ran");
+    eprintln!("{loads} loads while {rewrites} rewrites replaced the snapshot: all succeeded");
+}

@@ -283,6 +283,10 @@ struct FaultState {
     /// The path each file opened or created through the seam was opened under, by inode:
     /// calls on an open file are recorded with it. Kept across `arm` and `disarm`.
     paths: HashMap<(u64, u64), PathBuf>,
+    /// How many more times a snapshot (`.json`) opened for reading is replaced by a copy
+    /// (a new inode) right after it is opened: a writer rewriting the session under a
+    /// reader.
+    rewrites_under_reads: usize,
 }
 
 /// The real file system, failing the k-th call (1-based, counted from [`arm`]) on demand and
@@ -487,7 +491,22 @@ impl FileSystem for FaultyFileSystem {
     }
 
     fn open_read(&self, path: &Path) -> io::Result<File> {
-        self.call_open(Op::OpenRead, path, || self.inner.open_read(path))
+        let file = self.call_open(Op::OpenRead, path, || self.inner.open_read(path))?;
+        let rewrite = {
+            let mut state = self.state();
+            let due =
+                state.rewrites_under_reads > 0 && path.extension().is_some_and(|e| e == "json");
+            if due {
+                state.rewrites_under_reads -= 1;
+            }
+            due
+        };
+        if rewrite {
+            let copy = path.with_extension("rewritten");
+            std::fs::copy(path, &copy)?;
+            std::fs::rename(&copy, path)?;
+        }
+        Ok(file)
     }
 
     fn open_lock(&self, path: &Path) -> io::Result<File> {
@@ -2018,6 +2037,31 @@ fn every_failing_call_of_archiving_leaves_the_session_whole_and_a_retry_finishes
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     eprintln!("fault injection, archive and restore: {runs} faulted calls, {failed} failed with a typed Io error");
+}
+
+#[test]
+fn a_load_that_keeps_losing_to_rewrites_reads_under_the_lock_instead_of_failing() {
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let store = open_faulty(&base.join("store"), &fs).expect("open");
+    let id = SessionId::parse(ID).expect("valid id");
+    let snapshot = snapshot_on(&id, 0, "busy", 300);
+    store.save(&snapshot).expect("save");
+    // Each read of the snapshot checks that its name still names the file it read, 3
+    // times over, and a load makes 3 such reads without a lock: 9 rewrites defeat them
+    // all. The read made under the write lock, where no save can run, then succeeds.
+    fs.state().rewrites_under_reads = 9;
+    let loaded = store.load(&id);
+    assert_eq!(fs.state().rewrites_under_reads, 0, "the rewrites happened");
+    assert_eq!(loaded.expect("the load succeeds"), saved(&snapshot));
+    // Rewrites that outlast the read under the lock too (no writer using the lock could
+    // make them; another program could) are still an error, never a wrong answer.
+    fs.state().rewrites_under_reads = 12;
+    let err = store.load(&id).expect_err("the name kept changing");
+    assert!(
+        err.to_string().contains("kept pointing at another file"),
+        "{err}"
+    );
 }
 
 /// The directories an open is tried on.

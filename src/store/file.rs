@@ -37,6 +37,9 @@ const SUMMARY_SUFFIX: &str = ".summary";
 const ARCHIVED_SUFFIX: &str = ".archived";
 /// Suffix of temporary files; their names start with a dot, so they are never sessions.
 const TEMP_SUFFIX: &str = ".tmp";
+/// Why [`FileSessionStore::read_checked`] gave up: the file under the name changed at
+/// every attempt (saves replacing it back to back, or links being planted).
+const NAME_KEPT_CHANGING: &str = "the name kept pointing at another file while it was read; if another program writes the store, retry, otherwise look for planted links";
 /// How much of a base snapshot a save reads to find its header.
 const HEAD_BYTES: usize = 4096;
 /// A journal is folded into a new base snapshot once it would grow past the larger of
@@ -543,7 +546,7 @@ impl FileSessionStore {
         }
         Err(Error::Insecure {
             path: path.to_path_buf(),
-            reason: "the name kept pointing at another file while it was read; if another program writes the store, retry, otherwise look for planted links",
+            reason: NAME_KEPT_CHANGING,
         })
     }
 
@@ -643,7 +646,7 @@ impl FileSessionStore {
     /// Reads and verifies the state of `id` (its base snapshot and the records of its
     /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
     fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
-        Ok(self.read_state(id)?.map(|(snapshot, known)| {
+        Ok(self.read_state(id, false)?.map(|(snapshot, known)| {
             if let Some(known) = known {
                 self.remember_read(id, known);
             }
@@ -666,12 +669,39 @@ impl FileSessionStore {
 
     /// [`read`](Self::read), also returning what a save needs to know of the state read,
     /// when the files did not change while they were read.
-    fn read_state(&self, id: &SessionId) -> Result<Option<(SessionSnapshot, Option<Known>)>> {
+    ///
+    /// Reads take no lock, so a save replacing the base meanwhile makes them read again.
+    /// After a few such attempts (savers rewriting the session back to back can outpace a
+    /// reader) the last one is made under the write lock, unless the caller holds it
+    /// (`locked`), so a busy session is read late rather than reported unreadable.
+    fn read_state(
+        &self,
+        id: &SessionId,
+        locked: bool,
+    ) -> Result<Option<(SessionSnapshot, Option<Known>)>> {
         const ATTEMPTS: usize = 3;
         let path = self.path_of(id);
         let journal_path = self.journal_path(id);
-        for _ in 0..ATTEMPTS {
-            let Some((bytes, base)) = self.read_checked(&path, self.max_snapshot_bytes, false)?
+        let mut lock = None;
+        for attempt in 0..=ATTEMPTS {
+            if attempt == ATTEMPTS {
+                if locked {
+                    break;
+                }
+                lock = Some(self.write_lock()?);
+            }
+            // Until the attempt under the lock, a base replaced at every look is a reason
+            // to read again, not yet an error.
+            let retry_on_change = !locked && lock.is_none();
+            let Some((bytes, base)) =
+                (match self.read_checked(&path, self.max_snapshot_bytes, false) {
+                    Err(Error::Insecure { reason, .. })
+                        if retry_on_change && reason == NAME_KEPT_CHANGING =>
+                    {
+                        continue
+                    }
+                    read => read?,
+                })
             else {
                 return Ok(None);
             };
@@ -704,6 +734,7 @@ impl FileSessionStore {
             snapshot
                 .validate()
                 .map_err(|e| e.at(&Location::file(&path)))?;
+            drop(lock);
             let revision = snapshot.revision();
             snapshot.mark_stored(revision);
             let known = unchanged.then(|| Known {
@@ -764,7 +795,7 @@ impl FileSessionStore {
             }
         }
         if verify {
-            if let Ok(Some((_, Some(known)))) = self.read_state(id) {
+            if let Ok(Some((_, Some(known)))) = self.read_state(id, true) {
                 self.remember_read(id, known);
                 return Ok(self.known_sessions().get(id).cloned());
             }
@@ -1200,7 +1231,7 @@ impl FileSessionStore {
                 return Ok(Some(found));
             }
         }
-        let Some((snapshot, known)) = self.read_state(id)? else {
+        let Some((snapshot, known)) = self.read_state(id, false)? else {
             return Ok(None);
         };
         if let Some(known) = known {
