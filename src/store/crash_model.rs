@@ -57,7 +57,7 @@ use super::fault_injection::{
 };
 use super::file::{FileSessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
 use super::fs::{FileSystem, OsFileSystem};
-use super::SessionStore;
+use super::{ListScope, SessionStore};
 use crate::error::Error;
 use crate::id::SessionId;
 use crate::snapshot::SessionSnapshot;
@@ -702,6 +702,8 @@ enum Action {
     /// 64 KiB bound, so that the next append compacts.
     Fill,
     Delete,
+    /// Archives the session (`true`) or restores it.
+    Archive(bool),
     /// Not an operation under test: writes back, durably and through the model, the
     /// journal a rewrite emptied (its records, for the older base): what a crash leaves
     /// when it loses that emptying, or an older store version that did not sync it. The
@@ -720,6 +722,8 @@ const FILL_TO: u64 = 62_000;
 struct Stored {
     base: Vec<u8>,
     snapshot: SessionSnapshot,
+    /// Whether the session is archived (its marker file present).
+    archived: bool,
 }
 
 type State = Option<Stored>;
@@ -760,7 +764,11 @@ enum Start {
 /// The state stored under `base` bytes: the snapshot they decode to.
 fn stored_from_bytes(base: Vec<u8>) -> Stored {
     let snapshot = SessionSnapshot::from_json(&base).expect("decode a test snapshot");
-    Stored { base, snapshot }
+    Stored {
+        base,
+        snapshot,
+        archived: false,
+    }
 }
 
 /// Runs `plan` with `writer` on a fresh directory under the crash model, recording the disk
@@ -850,10 +858,13 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     }
                     (None, Writer::Store) => unreachable!(),
                 };
+                let mut after = stored_from_bytes(bytes);
+                // A save keeps an existing session's archive state.
+                after.archived = current.as_ref().is_some_and(|c| c.archived);
                 (
                     format!("save of revision {}", revision + 1),
                     result,
-                    Some(stored_from_bytes(bytes)),
+                    Some(after),
                 )
             }
             Action::Append(_) | Action::Fill => {
@@ -890,16 +901,34 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     Some(Stored {
                         base: base_after,
                         snapshot: saved(&next),
+                        archived: current.as_ref().is_some_and(|c| c.archived),
                     }),
                 )
             }
             Action::PlantStale => unreachable!("handled above"),
             Action::Delete => {
                 let store = store.as_ref().expect("deletes go through the store");
+                let archived = current.as_ref().is_some_and(|c| c.archived);
                 (
-                    format!("delete of revision {revision}"),
+                    format!(
+                        "delete of revision {revision}{}",
+                        if archived { " (archived)" } else { "" }
+                    ),
                     store.delete(&id).map_err(|e| e.to_string()),
                     None,
+                )
+            }
+            Action::Archive(archived) => {
+                let store = store.as_ref().expect("archiving goes through the store");
+                let mut after = current.clone().expect("a session to archive");
+                after.archived = archived;
+                (
+                    format!(
+                        "{} of revision {revision}",
+                        if archived { "archive" } else { "restore" }
+                    ),
+                    store.set_archived(&id, archived).map_err(|e| e.to_string()),
+                    Some(after),
                 )
             }
         };
@@ -917,6 +946,11 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
             match (&live, &after) {
                 (Ok(loaded), Some(after)) => {
                     assert_eq!(*loaded, after.snapshot, "{label}: live state");
+                    assert_eq!(
+                        archived_on(&root),
+                        after.archived,
+                        "{label}: live archive state"
+                    );
                 }
                 (Err(e), None) => assert!(e.is_not_found(), "{label}: {e}"),
                 _ => panic!("{label}: live load {live:?}"),
@@ -931,6 +965,7 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
         }
         revision = match action {
             Action::Delete => 0,
+            Action::Archive(_) => revision,
             _ => revision + 1,
         };
         let before = std::mem::replace(&mut current, after.clone());
@@ -1005,12 +1040,18 @@ fn recover(files: &CrashFiles, at: &Path) -> Result<State, String> {
     let id = SessionId::parse(ID).expect("valid id");
     let raw = std::fs::read(store.path_of(&id)).ok();
     let found = match (store.load(&id), raw) {
-        (Ok(snapshot), Some(base)) => Some(Stored { base, snapshot }),
+        (Ok(snapshot), Some(base)) => Some(Stored {
+            base,
+            snapshot,
+            archived: archived_on(at),
+        }),
         (Err(e), None) if e.is_not_found() => None,
         (Err(e), _) => return Err(format!("load failed: {e}")),
         (Ok(_), None) => return Err("loaded a snapshot that is not there".into()),
     };
-    let listing = store.list().map_err(|e| format!("list failed: {e}"))?;
+    let listing = store
+        .list_scoped(ListScope::All)
+        .map_err(|e| format!("list failed: {e}"))?;
     let listed: Vec<u64> = listing
         .sessions
         .iter()
@@ -1063,7 +1104,28 @@ fn recover(files: &CrashFiles, at: &Path) -> Result<State, String> {
     if reload("the save after recovery")? != saved(&rewrite) {
         return Err("the save after recovery does not load back".into());
     }
+    // The saves keep an archived session archived, and a new session (after a delete)
+    // starts active, whatever marker a crash left.
+    let archived_now = archived_on(at);
+    if archived_now != found.as_ref().is_some_and(|f| f.archived) {
+        return Err(format!(
+            "after the saves that follow recovery the session is {}archived, it was {}",
+            if archived_now { "" } else { "not " },
+            if found.as_ref().is_some_and(|f| f.archived) {
+                "archived"
+            } else {
+                "active or gone"
+            }
+        ));
+    }
     Ok(found)
+}
+
+/// Whether the listing of the store in `dir` shows session [`ID`] as archived.
+fn archived_on(dir: &Path) -> bool {
+    FileSessionStore::open(dir)
+        .and_then(|store| store.list_scoped(ListScope::Archived))
+        .is_ok_and(|listing| listing.sessions.iter().any(|s| s.id.as_str() == ID))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1312,6 +1374,25 @@ fn stale_journal_plan() -> Vec<Action> {
     ]
 }
 
+/// An archived session saved (whole and appended) and restored, archived again, deleted
+/// while archived, then a new session under its id (which must start active, whatever
+/// marker a crash left), archived and restored.
+fn archive_plan() -> Vec<Action> {
+    use Action::{Append, Archive, Delete, Save};
+    vec![
+        Save,
+        Archive(true),
+        Append(150),
+        Save,
+        Archive(false),
+        Archive(true),
+        Delete,
+        Save,
+        Archive(true),
+        Archive(false),
+    ]
+}
+
 const CONTROL_PLAN: [Action; 3] = [Action::Save, Action::Save, Action::Save];
 
 // ---------------------------------------------------------------------------------------
@@ -1509,6 +1590,26 @@ fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_ne
         &violations,
     );
     assert!(figures.byte_cuts > 0, "{figures:?}");
+    assert_no_violations(&violations);
+}
+
+#[test]
+fn every_crash_point_of_archiving_restoring_and_deleting_an_archived_session_recovers() {
+    let records = record_run(Writer::Store, &archive_plan(), Start::Existing);
+    let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
+    let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count("archive of"), 3, "{labels:?}");
+    assert_eq!(count("restore of"), 2, "{labels:?}");
+    assert!(
+        labels.iter().any(|l| l.ends_with("(archived)")),
+        "{labels:?}"
+    );
+    let (figures, violations) = check(&records, Fates::Ordered);
+    report(
+        "FileSessionStore archiving, restoring, and deleting an archived session",
+        &figures,
+        &violations,
+    );
     assert_no_violations(&violations);
 }
 
@@ -2029,7 +2130,11 @@ fn live_state(dir: &Path, id: &SessionId) -> State {
     let store = FileSessionStore::open(dir).expect("open");
     let base = std::fs::read(store.path_of(id)).ok()?;
     let snapshot = store.load(id).expect("load the setup");
-    Some(Stored { base, snapshot })
+    Some(Stored {
+        base,
+        snapshot,
+        archived: false,
+    })
 }
 
 /// Runs one trial on a fresh copy of the image; `None` if mounting failed (a skip).
@@ -2092,6 +2197,7 @@ fn ext4_trial(lab: &mut Ext4Lab, trial: &Trial) -> Option<TrialOutcome> {
             let after = before.as_ref().map(|b| Stored {
                 base: b.base.clone(),
                 snapshot: saved(&next),
+                archived: false,
             });
             (result, after)
         }
@@ -2143,7 +2249,11 @@ fn ext4_recover(dir: &Path, id: &SessionId) -> Result<State, String> {
     }
     let raw = std::fs::read(store.path_of(id)).ok();
     match (store.load(id), raw) {
-        (Ok(snapshot), Some(base)) => Ok(Some(Stored { base, snapshot })),
+        (Ok(snapshot), Some(base)) => Ok(Some(Stored {
+            base,
+            snapshot,
+            archived: false,
+        })),
         (Err(e), None) if e.is_not_found() => Ok(None),
         (Ok(_), None) => Err("loaded a missing snapshot".into()),
         (Err(e), raw) => Err(format!(
