@@ -20,6 +20,10 @@
 //! - `load` returns the snapshot with its stored revision set, via
 //!   [`SessionSnapshot::with_revision`];
 //! - a failed call changes nothing.
+//!
+//! Fork, prune, export and import then work through the trait's default methods. This
+//! store also overrides `delete_if_unchanged` with the service's conditional delete, so a
+//! prune never deletes a session saved after it was listed, and `stored_bytes`.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -27,9 +31,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agent_session::{
-    BoxError, Completion, CompletionRequest, ContentBlock, Cost, Engine, Error, Harness, Location,
-    Message, Revision, Role, SessionId, SessionList, SessionOptions, SessionSnapshot, SessionStore,
-    SessionSummary, Usage,
+    BoxError, Bundle, Completion, CompletionRequest, ContentBlock, Cost, Engine, Error, ForkAt,
+    Harness, ImportIds, Location, Message, PrunePolicy, Revision, Role, SessionId, SessionList,
+    SessionOptions, SessionSnapshot, SessionStore, SessionSummary, Usage,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -76,6 +80,19 @@ impl KeyValueService {
 
     fn delete(&self, key: &str) -> bool {
         self.entries().remove(key).is_some()
+    }
+
+    /// Deletes `key` if its version is `expected`; otherwise changes nothing and returns
+    /// the current version (`None`: no such key).
+    fn delete_if_version(&self, key: &str, expected: u64) -> Result<(), Option<u64>> {
+        let mut entries = self.entries();
+        match entries.get(key).map(|entry| entry.version) {
+            Some(version) if version == expected => {
+                entries.remove(key);
+                Ok(())
+            }
+            current => Err(current),
+        }
     }
 
     fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
@@ -179,6 +196,38 @@ impl SessionStore for KvSessionStore {
             Err(Error::NotFound { id: id.clone() })
         }
     }
+
+    // Optional: the trait's default compares and deletes in two steps. The service's
+    // conditional delete makes it one, so `prune` never deletes a session saved after it
+    // was listed. (This store cannot archive, so the archive state is always "active".)
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> agent_session::Result<()> {
+        let stored = self.load(&listed.id)?;
+        if stored.created_at() != listed.created_at || stored.revision() != listed.revision {
+            return Err(Error::Changed {
+                id: listed.id.clone(),
+                change: format!("it is now revision {}", stored.revision()),
+            });
+        }
+        self.service
+            .delete_if_version(&Self::key(&listed.id), listed.revision.as_u64())
+            .map_err(|current| match current {
+                None => Error::NotFound {
+                    id: listed.id.clone(),
+                },
+                Some(version) => Error::Changed {
+                    id: listed.id.clone(),
+                    change: format!("it was saved at revision {version}"),
+                },
+            })
+    }
+
+    // Optional: sizes for `PrunePolicy::max_total_bytes` (the default measures the JSON).
+    fn stored_bytes(&self, id: &SessionId) -> agent_session::Result<Option<u64>> {
+        self.service
+            .get(&Self::key(id))
+            .map(|entry| Some(entry.bytes.len() as u64))
+            .ok_or_else(|| Error::NotFound { id: id.clone() })
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -279,7 +328,36 @@ async fn main() -> Result<(), Box<dyn StdError>> {
         }
     }
 
-    heading("5. What is stored");
+    heading("5. Fork, export, import and prune come with the trait");
+    // The trait's default methods build them on save/load/list/delete.
+    let fork = app_a.fork_session(&id, ForkAt::Turns(1))?;
+    println!(
+        "forked {} at message {} into {} ({} messages)",
+        id,
+        fork.lineage().map_or(0, |l| l.fork_point),
+        fork.id(),
+        fork.transcript().len()
+    );
+    let bundle = app_a
+        .store()
+        .export(&[id.clone(), fork.id().clone()])?
+        .to_json()?;
+    let elsewhere = KvSessionStore::new(Arc::new(KeyValueService::default()));
+    let imported = elsewhere.import(&Bundle::from_json(&bundle)?, &ImportIds::Keep)?;
+    println!(
+        "exported {} bytes; imported {} sessions into another service",
+        bundle.len(),
+        imported.len()
+    );
+    let preview = app_a.prune_sessions(&PrunePolicy::new().max_count(1).dry_run(true))?;
+    for pruned in &preview.pruned {
+        println!(
+            "a prune keeping 1 session would delete {} ({})",
+            pruned.summary.id, pruned.reason
+        );
+    }
+
+    heading("6. What is stored");
     for summary in app_b.list_sessions()?.sessions {
         println!(
             "{}  revision {}, {} messages, {}  \"{}\"",
