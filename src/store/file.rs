@@ -143,8 +143,8 @@ pub enum Durability {
 ///   by hand) is removed by the first save of a new session under that id, so it never
 ///   archives a new session.
 /// - [`delete_if_unchanged`](SessionStore::delete_if_unchanged) decides and deletes under
-///   the write lock, so [`prune`](SessionStore::prune) never deletes a session that a save
-///   (from any process) moved since it was listed.
+///   the write lock, so [`prune`](SessionStore::prune) never deletes a session that was
+///   saved, re-created, archived or restored (by any process) since it was listed.
 /// - [`stored_bytes`](SessionStore::stored_bytes) is the size of `<id>.json` plus
 ///   `<id>.journal`.
 /// - A fork ([`fork`](SessionStore::fork)) is an ordinary session holding its own copy of
@@ -1528,12 +1528,7 @@ impl SessionStore for FileSessionStore {
             Err(e) => return Err(Error::io("inspect", &path, e)),
         }
         let marker = self.archived_path(id);
-        let present = match self.fs.symlink_metadata(&marker) {
-            Ok(_) => true,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io("inspect", &marker, e)),
-        };
-        if present == archived {
+        if self.is_archived(id)? == archived {
             return Ok(());
         }
         if archived {
@@ -1578,15 +1573,7 @@ impl SessionStore for FileSessionStore {
         self.check_root()?;
         let id = &listed.id;
         let stored = match self.stored_state(id, false)? {
-            Some(known) => {
-                let marker = self.archived_path(id);
-                let archived = match self.fs.symlink_metadata(&marker) {
-                    Ok(_) => true,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-                    Err(e) => return Err(Error::io("inspect", &marker, e)),
-                };
-                Some((known.revision, known.created_at, archived))
-            }
+            Some(known) => Some((known.revision, known.created_at, self.is_archived(id)?)),
             None => None,
         };
         check_unchanged(listed, stored)?;
@@ -1595,8 +1582,18 @@ impl SessionStore for FileSessionStore {
 }
 
 impl FileSessionStore {
-    /// Removes an archive marker left without its session (the snapshot removed by hand,
-    /// or by a delete cut short by an older release), so a new session under the same id
+    /// Whether session `id`'s archive marker is there.
+    fn is_archived(&self, id: &SessionId) -> Result<bool> {
+        let marker = self.archived_path(id);
+        match self.fs.symlink_metadata(&marker) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("inspect", &marker, e)),
+        }
+    }
+
+    /// Removes an archive marker left without its session (by a delete that a crash cut
+    /// short, or by the snapshot removed by hand), so a new session under the same id
     /// starts active. Under the write lock; the new snapshot's directory fsync makes the
     /// removal durable with it.
     fn remove_orphan_marker(&self, id: &SessionId) -> Result<()> {
