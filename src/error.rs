@@ -286,6 +286,17 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// A store's database (for example PostgreSQL) failed or could not be reached;
+    /// retrying may help.
+    #[error("could not {operation}")]
+    Backend {
+        /// What the store was doing.
+        operation: String,
+        /// The database client's error.
+        #[source]
+        source: BoxError,
+    },
+
     /// [`Harness::resume_latest`](crate::Harness::resume_latest) found no readable session.
     #[error("there is no saved session to resume")]
     NoSessions,
@@ -405,9 +416,10 @@ impl Error {
             | Error::ForeignFile { .. }
             | Error::TooLarge { .. }
             | Error::Insecure { .. } => ErrorKind::Corrupt,
-            Error::Io { .. } | Error::NotDurable { .. } | Error::ImportIncomplete { .. } => {
-                ErrorKind::Io
-            }
+            Error::Io { .. }
+            | Error::NotDurable { .. }
+            | Error::ImportIncomplete { .. }
+            | Error::Backend { .. } => ErrorKind::Io,
             Error::Engine { .. } => ErrorKind::Engine,
         }
     }

@@ -146,6 +146,10 @@ pub use transcript::{
 };
 pub use usage::{Cost, Usage, UsageTotals};
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use store::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
+
 /// The README's examples, compiled and run as doc tests so they cannot drift.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

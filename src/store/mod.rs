@@ -9,6 +9,8 @@ mod file;
 mod fs;
 mod journal;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod prune;
 mod summary;
 
@@ -26,6 +28,8 @@ use crate::usage::Cost;
 
 pub use file::{Durability, FileSessionStore, FileStoreBuilder, DEFAULT_MAX_SNAPSHOT_BYTES};
 pub use memory::MemorySessionStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
 pub use prune::{PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned};
 
 /// The version of a stored session, for compare-and-swap saves.

@@ -1,0 +1,876 @@
+//! `PostgresSessionStore`: sessions in a PostgreSQL table, for services that run on many
+//! machines (feature `postgres`).
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde::{Deserialize, Serialize};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+use super::{
+    check_page_limit, check_revision, check_unchanged, ListCursor, ListScope, Revision,
+    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+};
+use crate::error::{BoxError, Error, Location, Result};
+use crate::id::SessionId;
+use crate::json::ObjectOnly;
+use crate::lineage::Lineage;
+use crate::snapshot::SessionSnapshot;
+use crate::usage::Cost;
+
+/// The schema the store uses when none is set.
+pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
+
+/// The version of the tables [`PostgresSessionStore::migrate`] creates.
+const TABLES_VERSION: i32 = 1;
+
+/// A key for `pg_advisory_xact_lock`, so that processes migrating at once take turns.
+const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
+
+/// A [`SessionStore`] in PostgreSQL: one row per session in `<schema>.sessions`, holding
+/// the snapshot's exact bytes, the listing's fields, and the revision that makes every
+/// save a compare-and-swap in one statement.
+///
+/// Choose it over [`FileSessionStore`](crate::FileSessionStore) when sessions must be
+/// resumed by any of several machines: every worker sees the same sessions, and two
+/// workers saving the same session never overwrite each other (the second gets
+/// [`Error::Conflict`]). A local file store is faster for a single machine.
+///
+/// # Behaviour
+///
+/// - [`save`](SessionStore::save): `INSERT … ON CONFLICT DO NOTHING` for a new session,
+///   `UPDATE … WHERE revision = expected` otherwise: one statement each, so the server
+///   decides the compare-and-swap. The snapshot is encoded before any query and stored as
+///   `bytea`, byte for byte.
+/// - [`load`](SessionStore::load) decodes and validates what it reads as strictly as the
+///   file store does (size limit, schema version, embedded id); damage is a corrupt-kind
+///   error naming the row.
+/// - Listings read the summary columns only, newest first from an index on
+///   `(archived, updated, id)`; [`list_page`](SessionStore::list_page) reads one page
+///   from it (keyset pagination), whatever the store's size.
+/// - Archive state is a column; [`delete_if_unchanged`](SessionStore::delete_if_unchanged)
+///   is one `DELETE … WHERE` on revision, creation time and archive state.
+///
+/// # Connections and threads
+///
+/// The store keeps a pool of connections ([`deadpool_postgres`]) and a small private tokio
+/// runtime that runs them, so its synchronous methods work from plain threads and from
+/// inside any tokio runtime (a call blocks its thread until the query returns, as file I/O
+/// does). Connections are made without TLS: reach the server over a trusted network, a
+/// Unix socket, or a TLS tunnel.
+///
+/// # Examples
+///
+/// ```no_run
+/// use agent_session::{PostgresSessionStore, SessionId, SessionSnapshot, SessionStore};
+///
+/// let store = PostgresSessionStore::builder()
+///     .schema("my_app_sessions")
+///     .connect("host=127.0.0.1 user=app dbname=app")?;
+/// store.migrate()?; // once per deployment; safe to run from every process
+///
+/// let snapshot = SessionSnapshot::builder(SessionId::parse("s1")?, "model").build()?;
+/// let revision = store.save(&snapshot)?;
+/// assert_eq!(store.load(snapshot.id())?.revision(), revision);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+pub struct PostgresSessionStore {
+    pool: Pool,
+    schema: String,
+    max_snapshot_bytes: u64,
+    /// Runs the pool's futures; taken out on drop to shut it down without blocking.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl fmt::Debug for PostgresSessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSessionStore")
+            .field("schema", &self.schema)
+            .field("max_snapshot_bytes", &self.max_snapshot_bytes)
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresSessionStore {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks until its tasks end, which panics inside another
+        // runtime; nothing of ours is left running once a call has returned.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Settings for a [`PostgresSessionStore`]: made by [`PostgresSessionStore::builder`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use agent_session::PostgresSessionStore;
+///
+/// let store = PostgresSessionStore::builder()
+///     .schema("tenant_42")
+///     .pool_size(4)
+///     .max_snapshot_bytes(64 * 1024 * 1024)
+///     .connect("postgresql://app@db.internal/app")?;
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PostgresStoreBuilder {
+    schema: String,
+    max_snapshot_bytes: u64,
+    pool_size: usize,
+}
+
+impl PostgresStoreBuilder {
+    /// The schema holding the store's tables (default [`DEFAULT_POSTGRES_SCHEMA`]): one
+    /// per application or tenant. Lowercase ASCII letters, digits and `_`, starting with a
+    /// letter or `_`, at most 63 bytes.
+    pub fn schema(&mut self, schema: impl Into<String>) -> &mut Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The largest snapshot the store saves or loads, in bytes (default
+    /// [`DEFAULT_MAX_SNAPSHOT_BYTES`]).
+    pub fn max_snapshot_bytes(&mut self, limit: u64) -> &mut Self {
+        self.max_snapshot_bytes = limit;
+        self
+    }
+
+    /// How many connections the pool keeps at most (default 8).
+    pub fn pool_size(&mut self, size: usize) -> &mut Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Makes the store for the server `config` names, as a libpq key-value string
+    /// (`host=… port=… user=… dbname=…`) or a `postgresql://` URL. Connections are opened
+    /// when first needed, so this succeeds without a reachable server; the first call
+    /// reports one that is not. Call [`PostgresSessionStore::migrate`] before using a
+    /// schema for the first time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed `config`, an invalid schema name, or a
+    /// pool size of 0; [`Error::Backend`] if the store's runtime cannot start.
+    pub fn connect(&self, config: &str) -> Result<PostgresSessionStore> {
+        check_schema_name(&self.schema)?;
+        if self.pool_size == 0 {
+            return Err(Error::InvalidArgument {
+                reason: "a PostgreSQL pool needs at least one connection (pool_size 0)".to_owned(),
+            });
+        }
+        let pg_config: tokio_postgres::Config =
+            config.parse().map_err(|e| Error::InvalidArgument {
+                reason: format!(
+                    "{config:?} is not a PostgreSQL connection string ({e}): use \"host=… user=… dbname=…\" or postgresql://user@host/db"
+                ),
+            })?;
+        let manager = Manager::from_config(
+            pg_config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("agent-session-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Backend {
+                operation: "start the PostgreSQL store's runtime".to_owned(),
+                source: Box::new(e),
+            })?;
+        let pool = {
+            // The pool binds its timers to the runtime it is built in.
+            let _entered = runtime.enter();
+            Pool::builder(manager)
+                .max_size(self.pool_size)
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .build()
+                .map_err(|e| Error::Backend {
+                    operation: "build the PostgreSQL connection pool".to_owned(),
+                    source: Box::new(e),
+                })?
+        };
+        Ok(PostgresSessionStore {
+            pool,
+            schema: self.schema.clone(),
+            max_snapshot_bytes: self.max_snapshot_bytes,
+            runtime: Some(runtime),
+        })
+    }
+}
+
+/// Refuses a schema name that would need quoting or could inject SQL.
+fn check_schema_name(schema: &str) -> Result<()> {
+    let valid = !schema.is_empty()
+        && schema.len() <= 63
+        && schema
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !schema.as_bytes()[0].is_ascii_digit()
+        && !schema.starts_with("pg_");
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            reason: format!(
+                "{schema:?} is not a usable schema name: use lowercase ASCII letters, digits and '_', starting with a letter or '_', at most 63 bytes, not starting with \"pg_\""
+            ),
+        })
+    }
+}
+
+/// The listing fields of a session, stored as JSON beside its snapshot so that listings
+/// never read snapshots.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredSummary {
+    id: SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    title: Option<String>,
+    message_count: usize,
+    model: String,
+    cost: Cost,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lineage: Option<Lineage>,
+}
+
+impl StoredSummary {
+    fn of(summary: &SessionSummary) -> Self {
+        StoredSummary {
+            id: summary.id.clone(),
+            revision: summary.revision,
+            created_at: summary.created_at,
+            updated_at: summary.updated_at,
+            title: summary.title.clone(),
+            message_count: summary.message_count,
+            model: summary.model.clone(),
+            cost: summary.cost,
+            lineage: summary.lineage.clone(),
+        }
+    }
+
+    fn into_summary(self, archived: bool) -> SessionSummary {
+        let mut summary = SessionSummary {
+            id: self.id,
+            revision: self.revision,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            title: self.title,
+            message_count: self.message_count,
+            model: self.model,
+            cost: self.cost,
+            lineage: self.lineage,
+            archived: false,
+        };
+        summary.archived = archived;
+        summary
+    }
+}
+
+/// A time as nanoseconds since the epoch: exact, unlike `timestamptz` (microseconds), so
+/// listings order and page exactly as the snapshots' own times.
+fn nanos(id: &SessionId, at: DateTime<Utc>) -> Result<i64> {
+    at.timestamp_nanos_opt().ok_or_else(|| Error::InvalidArgument {
+        reason: format!(
+            "session {id} has a time ({at}) outside the years 1677 to 2262 that the PostgreSQL store can order"
+        ),
+    })
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// An error of the database, with what the store was doing and a hint where one helps.
+fn backend(operation: &str, error: impl Into<BoxError>) -> Error {
+    let error: BoxError = error.into();
+    let missing_tables = error
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        .is_some_and(|code| {
+            *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME
+        });
+    let unreachable = error.is::<deadpool_postgres::PoolError>();
+    let operation = if missing_tables {
+        format!("{operation}: the store's tables do not exist; call PostgresSessionStore::migrate first")
+    } else if unreachable {
+        format!(
+            "{operation}: check that the server is reachable and the connection settings are right"
+        )
+    } else {
+        operation.to_owned()
+    };
+    Error::Backend {
+        operation,
+        source: error,
+    }
+}
+
+impl PostgresSessionStore {
+    /// The settings of a new store; finish with [`PostgresStoreBuilder::connect`].
+    pub fn builder() -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
+            max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+            pool_size: 8,
+        }
+    }
+
+    /// A store with the default settings for the server `config` names; see
+    /// [`PostgresStoreBuilder::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`].
+    pub fn connect(config: &str) -> Result<Self> {
+        Self::builder().connect(config)
+    }
+
+    /// The schema holding the store's tables.
+    #[must_use]
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Creates the store's schema and tables if they do not exist, or brings older ones up
+    /// to date. Safe to run at every start, from any number of processes at once (they
+    /// take turns on an advisory lock).
+    ///
+    /// Creates `<schema>.sessions` (one row per session) with its listing index, and
+    /// `<schema>.store_version`, which records the tables' version.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedSchemaVersion`] if a newer release made the tables;
+    /// [`Error::Backend`] if the server cannot be reached or refuses (for example, the
+    /// user may not create schemas).
+    pub fn migrate(&self) -> Result<()> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        self.run(async move {
+            let mut client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| backend("start the migration", e))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(|e| backend("lock the migration", e))?;
+            tx.batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema};
+                 CREATE TABLE IF NOT EXISTS {schema}.store_version (
+                     version integer NOT NULL
+                 );"
+            ))
+            .await
+            .map_err(|e| backend("create the store's schema", e))?;
+            let found: Option<i32> = tx
+                .query_opt(
+                    &format!("SELECT max(version) FROM {schema}.store_version"),
+                    &[],
+                )
+                .await
+                .map_err(|e| backend("read the store's version", e))?
+                .and_then(|row| row.get(0));
+            if let Some(found) = found {
+                if found > TABLES_VERSION {
+                    return Err(Error::UnsupportedSchemaVersion {
+                        location: Location::Stored(format!("PostgreSQL schema {schema}")),
+                        found: u64::try_from(found).unwrap_or(0),
+                        supported: u32::try_from(TABLES_VERSION).unwrap_or(0),
+                    });
+                }
+            }
+            tx.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {schema}.sessions (
+                     id text PRIMARY KEY,
+                     revision bigint NOT NULL CHECK (revision > 0),
+                     created_ns bigint NOT NULL,
+                     updated_ns bigint NOT NULL,
+                     archived boolean NOT NULL DEFAULT false,
+                     summary text NOT NULL,
+                     snapshot bytea NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS sessions_listing
+                     ON {schema}.sessions (archived, updated_ns DESC, id DESC);"
+            ))
+            .await
+            .map_err(|e| backend("create the sessions table", e))?;
+            if found.is_none() {
+                tx.execute(
+                    &format!("INSERT INTO {schema}.store_version (version) VALUES ($1)"),
+                    &[&TABLES_VERSION],
+                )
+                .await
+                .map_err(|e| backend("record the store's version", e))?;
+            }
+            tx.commit()
+                .await
+                .map_err(|e| backend("commit the migration", e))
+        })
+    }
+
+    /// Runs `future` on the store's runtime and waits for it, from any thread (inside
+    /// another runtime too: the caller's thread only waits).
+    fn run<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        let stopped = || Error::Backend {
+            operation: "run a query".to_owned(),
+            source: "the PostgreSQL store's runtime has stopped".into(),
+        };
+        let runtime = self.runtime.as_ref().ok_or_else(stopped)?;
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = sender.send(future.await);
+        });
+        receiver.recv().map_err(|_| stopped())?
+    }
+
+    /// Where a row is, for error messages.
+    fn location(&self, id: &SessionId) -> Location {
+        Location::Stored(format!("PostgreSQL row {}.sessions id {id}", self.schema))
+    }
+
+    /// Decodes the summary column of a row.
+    fn summary_of(&self, id: &str, json: &str, archived: bool) -> Result<SessionSummary> {
+        let location = Location::Stored(format!(
+            "PostgreSQL row {}.sessions id {id} (summary)",
+            self.schema
+        ));
+        let ObjectOnly(stored): ObjectOnly<StoredSummary> =
+            serde_json::from_str(json).map_err(|source| Error::Malformed {
+                location: location.clone(),
+                source,
+            })?;
+        if stored.id.as_str() != id {
+            return Err(Error::inconsistent(format!(
+                "the summary names session {} but is stored under {id}",
+                stored.id
+            ))
+            .at(&location));
+        }
+        Ok(stored.into_summary(archived))
+    }
+
+    /// The listing of `scope`, newest first, at most `limit` rows after `after`.
+    fn select_summaries(
+        &self,
+        scope: ListScope,
+        after: Option<&ListCursor>,
+        limit: Option<usize>,
+    ) -> Result<(Vec<SessionSummary>, Vec<Error>)> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let archived: Option<bool> = match scope {
+            ListScope::Active => Some(false),
+            ListScope::Archived => Some(true),
+            ListScope::All => None,
+        };
+        let after = match after {
+            Some(cursor) => Some((nanos(&cursor.id, cursor.updated_at)?, cursor.id.to_string())),
+            None => None,
+        };
+        let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let rows = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            let (after_ns, after_id) = match &after {
+                Some((ns, id)) => (Some(*ns), Some(id.as_str())),
+                None => (None, None),
+            };
+            client
+                .query(
+                    &format!(
+                        "SELECT id, summary, archived FROM {schema}.sessions
+                         WHERE ($1::boolean IS NULL OR archived = $1)
+                           AND ($2::bigint IS NULL OR (updated_ns, id) < ($2, $3::text))
+                         ORDER BY updated_ns DESC, id DESC
+                         LIMIT $4"
+                    ),
+                    &[&archived, &after_ns, &after_id, &limit],
+                )
+                .await
+                .map_err(|e| backend("list sessions", e))
+        })?;
+        let (mut sessions, mut unreadable) = (Vec::new(), Vec::new());
+        for row in rows {
+            let id: String = row.get(0);
+            let json: String = row.get(1);
+            match self.summary_of(&id, &json, row.get(2)) {
+                Ok(summary) => sessions.push(summary),
+                Err(e) => unreadable.push(e),
+            }
+        }
+        Ok((sessions, unreadable))
+    }
+}
+
+impl SessionStore for PostgresSessionStore {
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        let id = snapshot.id().clone();
+        let expected = snapshot.revision();
+        // Refuses u64::MAX, which `next()` could not move past.
+        if expected.as_u64() == u64::MAX {
+            check_revision(&id, expected, Some(expected))?;
+        }
+        let revision = expected.next();
+        let bytes = snapshot.to_json_with_revision(revision)?;
+        if bytes.len() as u64 > self.max_snapshot_bytes {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "session {id} is {} bytes as JSON, more than this store's limit of {} (PostgresStoreBuilder::max_snapshot_bytes)",
+                    bytes.len(),
+                    self.max_snapshot_bytes
+                ),
+            });
+        }
+        let mut listed = SessionSummary::of(snapshot);
+        listed.revision = revision;
+        let summary =
+            serde_json::to_string(&StoredSummary::of(&listed)).map_err(|source| Error::Encode {
+                id: id.clone(),
+                source,
+            })?;
+        let created = nanos(&id, snapshot.created_at())?;
+        let updated = nanos(&id, snapshot.updated_at())?;
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let found = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            let key = id.as_str();
+            let new = to_i64(revision.as_u64());
+            let written = if expected == Revision::NEW {
+                client
+                    .execute(
+                        &format!(
+                            "INSERT INTO {schema}.sessions
+                                 (id, revision, created_ns, updated_ns, summary, snapshot)
+                             VALUES ($1, $2, $3, $4, $5, $6)
+                             ON CONFLICT (id) DO NOTHING"
+                        ),
+                        &[&key, &new, &created, &updated, &summary, &bytes],
+                    )
+                    .await
+            } else {
+                client
+                    .execute(
+                        &format!(
+                            "UPDATE {schema}.sessions
+                             SET revision = $2, created_ns = $3, updated_ns = $4,
+                                 summary = $5, snapshot = $6
+                             WHERE id = $1 AND revision = $7"
+                        ),
+                        &[
+                            &key,
+                            &new,
+                            &created,
+                            &updated,
+                            &summary,
+                            &bytes,
+                            &to_i64(expected.as_u64()),
+                        ],
+                    )
+                    .await
+            }
+            .map_err(|e| backend("save a session", e))?;
+            if written == 1 {
+                return Ok(None);
+            }
+            // Lost the compare-and-swap: say what is stored now.
+            let stored: Option<i64> = client
+                .query_opt(
+                    &format!("SELECT revision FROM {schema}.sessions WHERE id = $1"),
+                    &[&key],
+                )
+                .await
+                .map_err(|e| backend("read a session's revision", e))?
+                .map(|row| row.get(0));
+            Ok(Some(stored))
+        })?;
+        match found {
+            None => Ok(revision),
+            Some(stored) => Err(Error::Conflict {
+                id: snapshot.id().clone(),
+                expected,
+                found: stored.map(|r| Revision::from_u64(u64::try_from(r).unwrap_or(0))),
+            }),
+        }
+    }
+
+    fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let key = id.to_string();
+        let limit = to_i64(self.max_snapshot_bytes);
+        let row = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            // The size is checked before the bytes are fetched.
+            client
+                .query_opt(
+                    &format!(
+                        "SELECT revision, octet_length(snapshot),
+                                CASE WHEN octet_length(snapshot) <= $2::bigint THEN snapshot END
+                         FROM {schema}.sessions WHERE id = $1"
+                    ),
+                    &[&key, &limit],
+                )
+                .await
+                .map_err(|e| backend("load a session", e))
+        })?;
+        let row = row.ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        let location = self.location(id);
+        let revision: i64 = row.get(0);
+        let size: i32 = row.get(1);
+        let Some(bytes) = row.get::<_, Option<Vec<u8>>>(2) else {
+            return Err(Error::TooLarge {
+                path: PathBuf::from(format!("{}.sessions/{id}", self.schema)),
+                size_bytes: u64::try_from(size).unwrap_or(0),
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        };
+        let mut snapshot = SessionSnapshot::from_json(&bytes).map_err(|e| e.at(&location))?;
+        if snapshot.id() != id {
+            return Err(Error::IdMismatch {
+                path: PathBuf::from(format!("{}.sessions/{id}", self.schema)),
+                expected: id.clone(),
+                found: snapshot.id().to_string(),
+            });
+        }
+        let revision = Revision::from_u64(u64::try_from(revision).unwrap_or(0));
+        if snapshot.revision() != revision {
+            return Err(Error::inconsistent(format!(
+                "the snapshot says revision {} but its row says {revision}",
+                snapshot.revision()
+            ))
+            .at(&location));
+        }
+        snapshot.mark_stored(revision);
+        Ok(snapshot)
+    }
+
+    fn list(&self) -> Result<SessionList> {
+        self.list_scoped(ListScope::Active)
+    }
+
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        let (sessions, unreadable) = self.select_summaries(scope, None, None)?;
+        Ok(SessionList::new(sessions, unreadable))
+    }
+
+    /// Reads one page from the listing index (keyset pagination: the cost of a page does
+    /// not grow with the store). Rows whose summary cannot be read are reported on the
+    /// page they fall in.
+    fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+        check_page_limit(limit)?;
+        let (mut sessions, unreadable) =
+            self.select_summaries(ListScope::Active, after, Some(limit.saturating_add(1)))?;
+        let more = sessions.len() > limit;
+        sessions.truncate(limit);
+        Ok(SessionPage {
+            next: if more {
+                sessions.last().map(ListCursor::after)
+            } else {
+                None
+            },
+            sessions,
+            unreadable,
+        })
+    }
+
+    fn delete(&self, id: &SessionId) -> Result<()> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let key = id.to_string();
+        let deleted = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            client
+                .execute(
+                    &format!("DELETE FROM {schema}.sessions WHERE id = $1"),
+                    &[&key],
+                )
+                .await
+                .map_err(|e| backend("delete a session", e))
+        })?;
+        if deleted == 0 {
+            return Err(Error::NotFound { id: id.clone() });
+        }
+        Ok(())
+    }
+
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let key = id.to_string();
+        let updated = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            client
+                .execute(
+                    &format!("UPDATE {schema}.sessions SET archived = $2 WHERE id = $1"),
+                    &[&key, &archived],
+                )
+                .await
+                .map_err(|e| backend("archive a session", e))
+        })?;
+        if updated == 0 {
+            return Err(Error::NotFound { id: id.clone() });
+        }
+        Ok(())
+    }
+
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let key = listed.id.to_string();
+        let revision = to_i64(listed.revision.as_u64());
+        let created = nanos(&listed.id, listed.created_at)?;
+        let archived = listed.archived;
+        let outcome = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            let deleted = client
+                .execute(
+                    &format!(
+                        "DELETE FROM {schema}.sessions
+                         WHERE id = $1 AND revision = $2 AND created_ns = $3 AND archived = $4"
+                    ),
+                    &[&key, &revision, &created, &archived],
+                )
+                .await
+                .map_err(|e| backend("delete a session", e))?;
+            if deleted == 1 {
+                return Ok(None);
+            }
+            let row = client
+                .query_opt(
+                    &format!(
+                        "SELECT revision, created_ns, archived FROM {schema}.sessions WHERE id = $1"
+                    ),
+                    &[&key],
+                )
+                .await
+                .map_err(|e| backend("read a session's revision", e))?;
+            Ok(Some(row.map(|row| {
+                (
+                    row.get::<_, i64>(0),
+                    row.get::<_, i64>(1),
+                    row.get::<_, bool>(2),
+                )
+            })))
+        })?;
+        let Some(stored) = outcome else {
+            return Ok(());
+        };
+        let stored = stored.map(|(revision, created_ns, archived)| {
+            (
+                Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
+                DateTime::from_timestamp_nanos(created_ns),
+                archived,
+            )
+        });
+        check_unchanged(listed, stored)?;
+        // It changed and changed back between the two statements.
+        Err(Error::Changed {
+            id: listed.id.clone(),
+            change: "it was changed by another writer while it was being deleted".to_owned(),
+        })
+    }
+
+    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        let pool = self.pool.clone();
+        let schema = self.schema.clone();
+        let key = id.to_string();
+        let size = self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            client
+                .query_opt(
+                    &format!(
+                        "SELECT octet_length(snapshot)::bigint + octet_length(summary)::bigint
+                         FROM {schema}.sessions WHERE id = $1"
+                    ),
+                    &[&key],
+                )
+                .await
+                .map_err(|e| backend("measure a session", e))
+        })?;
+        let row = size.ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        Ok(Some(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_that_need_quoting_or_could_inject_are_refused() {
+        for good in ["agent_session", "_x", "tenant_42", &"a".repeat(63)] {
+            assert!(check_schema_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "1abc",
+            "Tenant",
+            "a-b",
+            "a;drop table x",
+            "pg_catalog",
+            "a b",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(check_schema_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_connection_string_is_an_invalid_argument() {
+        let error = PostgresSessionStore::connect("host=127.0.0.1 port=notaport").unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn nanosecond_times_survive_the_round_trip_through_the_columns() {
+        let id = SessionId::parse("t").unwrap();
+        let at = DateTime::parse_from_rfc3339("2026-11-29T10:00:00.123456789Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(DateTime::from_timestamp_nanos(nanos(&id, at).unwrap()), at);
+    }
+}
