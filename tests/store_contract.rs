@@ -1,5 +1,7 @@
 //! The `SessionStore` contract, checked the same way against every store the crate ships:
-//! `MemorySessionStore`, `FileSessionStore`, and both again behind `Arc<dyn SessionStore>`.
+//! `MemorySessionStore`, `FileSessionStore`, `PostgresSessionStore` (feature `postgres`,
+//! against the server in `AGENT_SESSION_POSTGRES_URL`: run `scripts/test`), and each again
+//! behind `Arc<dyn SessionStore>`.
 //!
 //! A custom store can be checked by copying `contract` and calling it with its constructor.
 
@@ -13,6 +15,10 @@ use agent_session::{
 use serde_json::json;
 
 use support::{at, id, rebuild, rich_snapshot, simple_snapshot};
+
+#[cfg(feature = "postgres")]
+#[path = "common/postgres.rs"]
+mod postgres_support;
 
 /// Runs every case of the contract, each on a fresh store from `make`.
 fn contract<S: SessionStore>(make: impl Fn() -> S) {
@@ -60,6 +66,49 @@ fn arc_dyn_file_store_meets_the_contract() {
             .join(format!("store-{}", n.fetch_add(1, Ordering::Relaxed)));
         Arc::new(FileSessionStore::open(sub).expect("open file store"))
     });
+}
+
+/// Every store `make` returns lives in a fresh schema of its own (migrated first), so no
+/// case sees another's sessions; the schemas are dropped when the test passes.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_store_meets_the_contract() {
+    let schemas = postgres_support::Schemas::new();
+    contract(|| schemas.store());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn arc_dyn_postgres_store_meets_the_contract() {
+    let schemas = postgres_support::Schemas::new();
+    contract(|| -> Arc<dyn SessionStore> { Arc::new(schemas.store()) });
+}
+
+/// The snapshot's bytes round-trip exactly: the row holds what `to_json_with_revision`
+/// gives, and a load encodes to the same bytes, for a snapshot with every kind of content
+/// and again after it is saved over.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_store_keeps_the_snapshot_bytes_exactly() {
+    let schemas = postgres_support::Schemas::new();
+    let store = schemas.store();
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).expect("JSON is UTF-8");
+    let mut snapshot = rich_snapshot("exact-bytes");
+    for expected_revision in 1..=2 {
+        let revision = store.save(&snapshot).expect("save");
+        assert_eq!(revision, Revision::from_u64(expected_revision));
+        let expected = text(snapshot.to_json_with_revision(revision).expect("encode"));
+        let row = postgres_support::stored_snapshot(store.schema(), "exact-bytes").expect("a row");
+        assert_eq!(text(row), expected, "the row's bytes");
+        let loaded = store.load(snapshot.id()).expect("load");
+        assert_eq!(
+            text(loaded.to_json().expect("encode")),
+            expected,
+            "the load's bytes"
+        );
+        assert_eq!(loaded, snapshot.clone().with_revision(revision));
+        snapshot = loaded;
+    }
 }
 
 #[test]
