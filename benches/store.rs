@@ -61,6 +61,20 @@
 //! go to the file system under the system temporary directory (`TMPDIR`), which should be
 //! the disk being measured, not a tmpfs.
 //!
+//! # PostgreSQL (feature `postgres`)
+//!
+//! With `--features postgres` and `AGENT_SESSION_POSTGRES_URL` set, the groups
+//! `postgres_save`, `postgres_load`, `postgres_turn`, `postgres_list` and
+//! `postgres_list_page` measure `PostgresSessionStore` beside `FileSessionStore` (measured
+//! again in the same group) and beside a floor for the database: the store's own statement,
+//! prepared, on one `tokio_postgres` connection. See `support/postgres.rs`. Without the
+//! variable they are skipped, with a message.
+//!
+//! ```text
+//! scripts/bench-postgres postgres             # a throw-away server; those groups only
+//! python3 benches/support/ratios.py           # includes the PostgreSQL / file table
+//! ```
+//!
 //! # Timing
 //!
 //! The machines are shared, noisy 2-core VMs: 10 samples, short windows, flat sampling (a
@@ -73,6 +87,9 @@
 
 #[path = "support/mirror.rs"]
 mod mirror;
+#[cfg(feature = "postgres")]
+#[path = "support/postgres.rs"]
+mod postgres;
 #[path = "support/workload.rs"]
 mod workload;
 
@@ -324,7 +341,7 @@ const REBASE_TURNS: usize = 16;
 /// N + 45 messages. (Putting it back before every save would measure a save right after
 /// reading N messages, whose caches that read has just flushed, not the save.)
 struct TurnFeeder<'a> {
-    store: &'a FileSessionStore,
+    store: &'a dyn SessionStore,
     base: SessionSnapshot,
     turn: Vec<Message>,
     current: RefCell<Option<SessionSnapshot>>,
@@ -333,7 +350,7 @@ struct TurnFeeder<'a> {
 }
 
 impl<'a> TurnFeeder<'a> {
-    fn new(store: &'a FileSessionStore, base: SessionSnapshot, turn: Vec<Message>) -> Self {
+    fn new(store: &'a dyn SessionStore, base: SessionSnapshot, turn: Vec<Message>) -> Self {
         TurnFeeder {
             store,
             base,
@@ -495,6 +512,14 @@ criterion_group! {
     targets = save, load, append_turn, list, durability
 }
 
+// PostgresSessionStore beside FileSessionStore (support/postgres.rs).
+#[cfg(feature = "postgres")]
+criterion_group! {
+    name = postgres_benches;
+    config = config();
+    targets = postgres::save, postgres::load, postgres::append_turn, postgres::list
+}
+
 fn main() {
     let transcript = match std::env::var_os("AGENT_SESSION_BENCH_TRANSCRIPT") {
         Some(path) => format!("the transcript of {}", path.display()),
@@ -509,6 +534,13 @@ fn main() {
         sizes(),
         list_configs()
     );
+    #[cfg(feature = "postgres")]
+    postgres::announce();
     benches();
+    #[cfg(feature = "postgres")]
+    {
+        postgres_benches();
+        postgres::drop_schemas();
+    }
     Criterion::default().configure_from_args().final_summary();
 }

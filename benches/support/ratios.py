@@ -8,6 +8,10 @@ target/criterion. Each figure is criterion's median (`new/estimates.json`); each
 agent-session's median over its baseline's median from the same run. The "measured
 between" line gives the oldest and newest result used: a group re-run on its own later
 replaces only that group's results, so a wide span means the table mixes runs.
+
+With results of the `postgres_*` groups (`scripts/bench-postgres postgres`), a second
+table puts PostgresSessionStore beside FileSessionStore and beside the database's floor,
+all measured in those groups, with its own "measured between" line.
 """
 from __future__ import annotations
 
@@ -82,6 +86,64 @@ def params(results: dict[str, Result], group: str, function: str) -> list[str]:
         return [int(x) for x in re.findall(r"\d+", p)][::-1]
 
     return sorted(found, key=key)
+
+
+def span(root: Path, used: list[Result]) -> None:
+    first = dt.datetime.fromtimestamp(min(r.mtime for r in used))
+    last = dt.datetime.fromtimestamp(max(r.mtime for r in used))
+    print()
+    print(f"Medians from {root}, measured between {first:%Y-%m-%d %H:%M} and "
+          f"{last:%Y-%m-%d %H:%M}.")
+    if (last - first).total_seconds() > 30 * 60:
+        print("Warning: the results span more than 30 minutes; they may mix runs.")
+
+
+def postgres_table(root: Path, results: dict[str, Result]) -> None:
+    """PostgresSessionStore beside FileSessionStore and the floor (support/postgres.rs)."""
+    rows = []
+    used: list[Result] = []
+
+    def row(work: str, size: str, group: str, param: str, file_fn: str = "file_store") -> None:
+        file = results.get(f"{group}/{file_fn}/{param}")
+        pg = results.get(f"{group}/postgres_store/{param}")
+        floor = results.get(f"{group}/postgres_floor/{param}")
+        if pg is None:
+            return
+        used.extend(r for r in (file, pg, floor) if r is not None)
+        rows.append((work, size,
+                     fmt_time(file.median) if file else "",
+                     fmt_time(pg.median),
+                     fmt_ratio(pg.median / file.median) if file else "",
+                     fmt_time(floor.median) if floor else "",
+                     fmt_ratio(pg.median / floor.median) if floor else ""))
+
+    for group, work in (("postgres_save", "save"), ("postgres_load", "load"),
+                        ("postgres_turn", "one more turn")):
+        for n in params(results, group, "postgres_store"):
+            size = f"onto {int(n):,} messages" if group == "postgres_turn" \
+                else f"{int(n):,} messages"
+            row(work, size, group, n)
+    for label in params(results, "postgres_list", "postgres_store"):
+        sessions, messages = (int(x) for x in label.split("x"))
+        size = f"{sessions:,} sessions of {messages:,} messages"
+        row("list", size, "postgres_list", label)
+        row("list (file store just opened)", size, "postgres_list", label, "file_store_fresh")
+    for label in params(results, "postgres_list_page", "postgres_store"):
+        sessions, messages = (int(x) for x in label.split("x"))
+        row("list_page(50), first page", f"{sessions:,} sessions of {messages:,} messages",
+            "postgres_list_page", label)
+    if not rows:
+        return
+    print()
+    print("| operation | size | file store | PostgreSQL | PostgreSQL / file "
+          "| PostgreSQL floor | PostgreSQL / floor |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+    print("PostgreSQL floor: the store's own statement, prepared, on one tokio-postgres "
+          "connection, with the bytes encoded beforehand (load: + typed serde_json parse).")
+    span(root, used)
 
 
 def main() -> int:
@@ -196,13 +258,8 @@ def main() -> int:
         print("| " + " | ".join(c) + " |")
 
     if used:
-        first = dt.datetime.fromtimestamp(min(r.mtime for r in used))
-        last = dt.datetime.fromtimestamp(max(r.mtime for r in used))
-        print()
-        print(f"Medians from {root}, measured between {first:%Y-%m-%d %H:%M} and "
-              f"{last:%Y-%m-%d %H:%M}.")
-        if (last - first).total_seconds() > 30 * 60:
-            print("Warning: the results span more than 30 minutes; they may mix runs.")
+        span(root, used)
+    postgres_table(root, results)
     return 0
 
 
