@@ -28,6 +28,13 @@ pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
 const TABLES_VERSION: i32 = 1;
 
+/// How long opening a connection may take by default
+/// ([`PostgresStoreBuilder::connect_timeout`]).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a call waits for a free connection when all are busy.
+const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A key for `pg_advisory_xact_lock`, so that processes migrating at once take turns.
 const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 
@@ -58,7 +65,8 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 /// # Connections and threads
 ///
 /// The store keeps a pool of connections ([`deadpool_postgres`]) and a small private tokio
-/// runtime that runs them, so its synchronous methods work from plain threads and from
+/// runtime that runs them (a connection must open within 10 seconds unless the connection
+/// string sets `connect_timeout`, and a call waits at most 30 seconds for a free one), so its synchronous methods work from plain threads and from
 /// inside any tokio runtime (a call blocks its thread until the query returns, as file I/O
 /// does). Connections are made without TLS: reach the server over a trusted network, a
 /// Unix socket, or a TLS tunnel.
@@ -129,6 +137,7 @@ pub struct PostgresStoreBuilder {
     schema: String,
     max_snapshot_bytes: u64,
     pool_size: usize,
+    connect_timeout: std::time::Duration,
 }
 
 impl PostgresStoreBuilder {
@@ -150,6 +159,14 @@ impl PostgresStoreBuilder {
     /// How many connections the pool keeps at most (default 8).
     pub fn pool_size(&mut self, size: usize) -> &mut Self {
         self.pool_size = size;
+        self
+    }
+
+    /// How long opening a connection (and its start-up exchange) may take before the call
+    /// fails with [`Error::Backend`] (default 10 seconds; a `connect_timeout` in the
+    /// connection string takes precedence for the socket connection).
+    pub fn connect_timeout(&mut self, timeout: std::time::Duration) -> &mut Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -175,13 +192,17 @@ impl PostgresStoreBuilder {
                 reason: "a PostgreSQL pool needs at least one connection (pool_size 0)".to_owned(),
             });
         }
-        let pg_config: tokio_postgres::Config =
+        let mut pg_config: tokio_postgres::Config =
             config.parse().map_err(|e| Error::InvalidArgument {
                 // Not the string itself: it may hold a password.
                 reason: format!(
                     "the PostgreSQL connection string is malformed ({e}): use \"host=… user=… dbname=…\" or postgresql://user@host/db"
                 ),
             })?;
+        // A server that does not answer must not hang a save forever.
+        if pg_config.get_connect_timeout().is_none() {
+            pg_config.connect_timeout(self.connect_timeout);
+        }
         let manager = Manager::from_config(
             pg_config,
             NoTls,
@@ -203,6 +224,9 @@ impl PostgresStoreBuilder {
             let _entered = runtime.enter();
             Pool::builder(manager)
                 .max_size(self.pool_size)
+                .wait_timeout(Some(POOL_WAIT_TIMEOUT))
+                .create_timeout(Some(self.connect_timeout))
+                .recycle_timeout(Some(self.connect_timeout))
                 .runtime(deadpool_postgres::Runtime::Tokio1)
                 .build()
                 .map_err(|e| Error::Backend {
@@ -349,6 +373,7 @@ impl PostgresSessionStore {
             schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
             max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
             pool_size: 8,
+            connect_timeout: CONNECT_TIMEOUT,
         }
     }
 
@@ -974,6 +999,21 @@ mod tests {
     fn a_malformed_connection_string_is_an_invalid_argument() {
         let error = PostgresSessionStore::connect("host=127.0.0.1 port=notaport").unwrap_err();
         assert!(matches!(error, Error::InvalidArgument { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn a_server_that_accepts_but_never_answers_fails_the_call_after_the_timeout() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let store = PostgresSessionStore::builder()
+            .connect_timeout(std::time::Duration::from_millis(300))
+            .connect(&format!("host=127.0.0.1 port={port} user=x dbname=x"))
+            .unwrap();
+        // Before the timeouts, this call never returned.
+        let error = store.list().unwrap_err();
+        assert!(matches!(error, Error::Backend { .. }), "{error:?}");
+        assert!(error.to_string().contains("reachable"), "{error}");
+        drop(silent);
     }
 
     #[test]
