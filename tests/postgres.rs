@@ -1710,4 +1710,84 @@ mod postgres_store {
             "the transcript check"
         );
     }
+
+    // -----------------------------------------------------------------------------------
+    // Timeouts, least privilege, revision range (from the review of the first version).
+    // -----------------------------------------------------------------------------------
+
+    #[test]
+    fn a_call_blocked_by_a_lock_fails_after_the_query_timeout_instead_of_waiting() {
+        let schemas = Schemas::new();
+        let store = schemas.store_with(
+            PostgresSessionStore::builder().query_timeout(std::time::Duration::from_millis(500)),
+        );
+        let schema = store.schema().to_owned();
+        let saved = snapshot("locked", "hello");
+        store.save(&saved).expect("save");
+        // Another connection holds the table for 5 s.
+        let holder = {
+            let schema = schema.clone();
+            std::thread::spawn(move || {
+                pg::execute(&format!(
+                    "BEGIN; LOCK TABLE \"{schema}\".sessions IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(5); COMMIT"
+                ));
+            })
+        };
+        let held = || {
+            pg::query_text(&format!(
+                "SELECT count(*)::text FROM pg_locks WHERE mode = 'AccessExclusiveLock' AND relation = '\"{schema}\".sessions'::regclass"
+            )) == ["1"]
+        };
+        while !held() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let error = store.load(saved.id()).expect_err("the table is locked");
+        assert!(matches!(error, Error::Backend { .. }), "{error:?}");
+        assert_eq!(error.kind(), ErrorKind::Io);
+        holder.join().expect("lock holder");
+        // Once the lock is gone, the same store works again.
+        assert_eq!(
+            store.load(saved.id()).expect("load").transcript(),
+            saved.transcript()
+        );
+    }
+
+    #[test]
+    fn migrate_on_current_tables_needs_no_create_right() {
+        let schemas = Schemas::new();
+        let owner = schemas.store();
+        let schema = owner.schema().to_owned();
+        let role = format!("app_{}", schema.trim_start_matches("t_"));
+        pg::execute(&format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT USAGE ON SCHEMA \"{schema}\" TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO {role};"
+        ));
+        let app = PostgresSessionStore::builder()
+            .schema(schema.clone())
+            .connect(&format!("{} user={role}", pg::url()))
+            .expect("connect as the application's role");
+        // Every process runs migrate at start; with the tables current it must work for a
+        // role that may only read and write rows.
+        let outcome = app.migrate();
+        let saved = app.save(&snapshot("least-privilege", "hi"));
+        drop(app);
+        pg::execute(&format!("DROP OWNED BY {role}; DROP ROLE {role};"));
+        outcome.expect("migrate with row rights only");
+        assert_eq!(saved.expect("save"), Revision::from_u64(1));
+    }
+
+    #[test]
+    fn a_revision_beyond_what_a_bigint_holds_is_refused_and_stores_nothing() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let far = snapshot("far", "x")
+            .with_revision(Revision::from_u64(u64::try_from(i64::MAX).unwrap()));
+        let error = store.save(&far).expect_err("beyond i64");
+        assert!(matches!(error, Error::InvalidArgument { .. }), "{error:?}");
+        assert!(store
+            .load(far.id())
+            .expect_err("nothing stored")
+            .is_not_found());
+    }
 }

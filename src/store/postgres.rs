@@ -32,6 +32,9 @@ const TABLES_VERSION: i32 = 1;
 /// ([`PostgresStoreBuilder::connect_timeout`]).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long one call may take by default ([`PostgresStoreBuilder::query_timeout`]).
+const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How long a call waits for a free connection when all are busy.
 const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -93,6 +96,7 @@ pub struct PostgresSessionStore {
     /// work too, and the name's characters were checked, so nothing can escape the quotes.
     sql_schema: String,
     max_snapshot_bytes: u64,
+    query_timeout: std::time::Duration,
     /// Runs the pool's futures; taken out on drop to shut it down without blocking.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -138,6 +142,7 @@ pub struct PostgresStoreBuilder {
     max_snapshot_bytes: u64,
     pool_size: usize,
     connect_timeout: std::time::Duration,
+    query_timeout: std::time::Duration,
 }
 
 impl PostgresStoreBuilder {
@@ -159,6 +164,15 @@ impl PostgresStoreBuilder {
     /// How many connections the pool keeps at most (default 8).
     pub fn pool_size(&mut self, size: usize) -> &mut Self {
         self.pool_size = size;
+        self
+    }
+
+    /// How long one call may take in all, waiting for a connection included, before it
+    /// fails with [`Error::Backend`] (default 60 seconds). The server is also asked to
+    /// cancel any statement (or lock wait) that runs that long, so a stuck call does not
+    /// keep holding a connection.
+    pub fn query_timeout(&mut self, timeout: std::time::Duration) -> &mut Self {
+        self.query_timeout = timeout;
         self
     }
 
@@ -203,6 +217,12 @@ impl PostgresStoreBuilder {
         if pg_config.get_connect_timeout().is_none() {
             pg_config.connect_timeout(self.connect_timeout);
         }
+        if pg_config.get_options().is_none() {
+            let millis = self.query_timeout.as_millis().max(1);
+            pg_config.options(format!(
+                "-c statement_timeout={millis} -c lock_timeout={millis}"
+            ));
+        }
         let manager = Manager::from_config(
             pg_config,
             NoTls,
@@ -239,6 +259,7 @@ impl PostgresStoreBuilder {
             schema: self.schema.clone(),
             sql_schema: format!("\"{}\"", self.schema),
             max_snapshot_bytes: self.max_snapshot_bytes,
+            query_timeout: self.query_timeout,
             runtime: Some(runtime),
         })
     }
@@ -325,6 +346,16 @@ fn nanos(id: &SessionId, at: DateTime<Utc>) -> Result<i64> {
     })
 }
 
+/// A revision as the `bigint` column holds it; the store refuses revisions it cannot hold.
+fn revision_column(id: &SessionId, revision: Revision) -> Result<i64> {
+    i64::try_from(revision.as_u64()).map_err(|_| Error::InvalidArgument {
+        reason: format!(
+            "session {id} is at revision {revision}, beyond the largest the PostgreSQL store holds ({})",
+            i64::MAX
+        ),
+    })
+}
+
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -366,6 +397,74 @@ fn backend(operation: &str, error: impl Into<BoxError>) -> Error {
     }
 }
 
+/// The version recorded in `<schema>.store_version`, or `None` if there is none yet.
+async fn stored_version(
+    tx: &deadpool_postgres::Transaction<'_>,
+    schema: &str,
+) -> Result<Option<i32>> {
+    let read = |e| backend("read the store's version", e);
+    let exists: bool = tx
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&format!("{schema}.store_version")],
+        )
+        .await
+        .map_err(read)?
+        .try_get(0)
+        .map_err(read)?;
+    if !exists {
+        return Ok(None);
+    }
+    tx.query_one(
+        &format!("SELECT max(version) FROM {schema}.store_version"),
+        &[],
+    )
+    .await
+    .map_err(read)?
+    .try_get(0)
+    .map_err(read)
+}
+
+/// Creates what is missing of the store's schema and tables.
+async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str) -> Result<()> {
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {schema}.store_version (
+             version integer NOT NULL
+         );
+         CREATE TABLE IF NOT EXISTS {schema}.sessions (
+             id text COLLATE \"C\" PRIMARY KEY,
+             revision bigint NOT NULL CHECK (revision > 0),
+             created_ns bigint NOT NULL,
+             updated_ns bigint NOT NULL,
+             archived boolean NOT NULL DEFAULT false,
+             summary text NOT NULL,
+             snapshot bytea NOT NULL
+         );
+         CREATE INDEX IF NOT EXISTS sessions_listing
+             ON {schema}.sessions (archived, updated_ns DESC, id DESC);"
+    ))
+    .await
+    .map_err(|e| backend("create the store's tables", e))?;
+    // Snapshots are compressed by the server; lz4 (PostgreSQL 14 and later, when built
+    // with it) made a 1 MB save 5 times faster than the default pglz, for 20% more bytes.
+    // A server without it keeps the default.
+    let lz4 = tx
+        .savepoint("lz4")
+        .await
+        .map_err(|e| backend("start the migration", e))?;
+    let set = lz4
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.sessions ALTER COLUMN snapshot SET COMPRESSION lz4"
+        ))
+        .await;
+    match set {
+        Ok(()) => lz4.commit().await,
+        Err(_) => lz4.rollback().await,
+    }
+    .map_err(|e| backend("set the snapshot column's compression", e))
+}
+
 impl PostgresSessionStore {
     /// The settings of a new store; finish with [`PostgresStoreBuilder::connect`].
     pub fn builder() -> PostgresStoreBuilder {
@@ -374,6 +473,7 @@ impl PostgresSessionStore {
             max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
             pool_size: 8,
             connect_timeout: CONNECT_TIMEOUT,
+            query_timeout: QUERY_TIMEOUT,
         }
     }
 
@@ -420,63 +520,26 @@ impl PostgresSessionStore {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await
                 .map_err(|e| backend("lock the migration", e))?;
-            tx.batch_execute(&format!(
-                "CREATE SCHEMA IF NOT EXISTS {schema};
-                 CREATE TABLE IF NOT EXISTS {schema}.store_version (
-                     version integer NOT NULL
-                 );"
-            ))
-            .await
-            .map_err(|e| backend("create the store's schema", e))?;
-            let found: Option<i32> = tx
-                .query_opt(
-                    &format!("SELECT max(version) FROM {schema}.store_version"),
-                    &[],
-                )
-                .await
-                .map_err(|e| backend("read the store's version", e))?
-                .and_then(|row| row.get(0));
-            if let Some(found) = found {
-                if found > TABLES_VERSION {
+            let found = stored_version(&tx, &schema).await?;
+            match found {
+                // Up to date: nothing to create, no table lock taken and no CREATE right
+                // needed (processes run this at every start, while others save).
+                Some(version) if version == TABLES_VERSION => {
+                    return tx
+                        .commit()
+                        .await
+                        .map_err(|e| backend("commit the migration", e));
+                }
+                Some(version) if version > TABLES_VERSION => {
                     return Err(Error::UnsupportedSchemaVersion {
                         location: Location::Stored(format!("PostgreSQL schema {schema}")),
-                        found: u64::try_from(found).unwrap_or(0),
+                        found: u64::try_from(version).unwrap_or(0),
                         supported: u32::try_from(TABLES_VERSION).unwrap_or(0),
                     });
                 }
+                _ => {}
             }
-            tx.batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {schema}.sessions (
-                     id text PRIMARY KEY,
-                     revision bigint NOT NULL CHECK (revision > 0),
-                     created_ns bigint NOT NULL,
-                     updated_ns bigint NOT NULL,
-                     archived boolean NOT NULL DEFAULT false,
-                     summary text NOT NULL,
-                     snapshot bytea NOT NULL
-                 );
-                 CREATE INDEX IF NOT EXISTS sessions_listing
-                     ON {schema}.sessions (archived, updated_ns DESC, id DESC);"
-            ))
-            .await
-            .map_err(|e| backend("create the sessions table", e))?;
-            // Snapshots are compressed by the server; lz4 (PostgreSQL 14 and later, when
-            // built with it) made a 1 MB save 5 times faster than the default pglz, for 20%
-            // more bytes. A server without it keeps the default.
-            let lz4 = tx
-                .savepoint("lz4")
-                .await
-                .map_err(|e| backend("start the migration", e))?;
-            let set = lz4
-                .batch_execute(&format!(
-                    "ALTER TABLE {schema}.sessions ALTER COLUMN snapshot SET COMPRESSION lz4"
-                ))
-                .await;
-            match set {
-                Ok(()) => lz4.commit().await,
-                Err(_) => lz4.rollback().await,
-            }
-            .map_err(|e| backend("set the snapshot column's compression", e))?;
+            create_tables(&mut tx, &schema).await?;
             if found.is_none() {
                 tx.execute(
                     &format!("INSERT INTO {schema}.store_version (version) VALUES ($1)"),
@@ -503,8 +566,19 @@ impl PostgresSessionStore {
         };
         let runtime = self.runtime.as_ref().ok_or_else(stopped)?;
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let limit = self.query_timeout;
         runtime.spawn(async move {
-            let _ = sender.send(future.await);
+            let outcome = match tokio::time::timeout(limit, future).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Error::Backend {
+                    operation: format!(
+                        "finish a call within {} s (PostgresStoreBuilder::query_timeout): check that the server is reachable and not overloaded",
+                        limit.as_secs_f64()
+                    ),
+                    source: "timed out".into(),
+                }),
+            };
+            let _ = sender.send(outcome);
         });
         receiver.recv().map_err(|_| stopped())?
     }
@@ -637,6 +711,8 @@ impl SessionStore for PostgresSessionStore {
             })?;
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
+        let new = revision_column(&id, revision)?;
+        let old = revision_column(&id, expected)?;
         let pool = self.pool.clone();
         let schema = self.sql_schema.clone();
         let found = self.run(async move {
@@ -645,7 +721,6 @@ impl SessionStore for PostgresSessionStore {
                 .await
                 .map_err(|e| backend("connect to PostgreSQL", e))?;
             let key = id.as_str();
-            let new = to_i64(revision.as_u64());
             let written = if expected == Revision::NEW {
                 client
                     .execute(
@@ -675,15 +750,7 @@ impl SessionStore for PostgresSessionStore {
                             ),
                         )
                         .await?,
-                        &[
-                            &key,
-                            &new,
-                            &created,
-                            &updated,
-                            &summary,
-                            &bytes,
-                            &to_i64(expected.as_u64()),
-                        ],
+                        &[&key, &new, &created, &updated, &summary, &bytes, &old],
                     )
                     .await
             }
@@ -878,7 +945,7 @@ impl SessionStore for PostgresSessionStore {
         let pool = self.pool.clone();
         let schema = self.sql_schema.clone();
         let key = listed.id.to_string();
-        let revision = to_i64(listed.revision.as_u64());
+        let revision = revision_column(&listed.id, listed.revision)?;
         let created = nanos(&listed.id, listed.created_at)?;
         let archived = listed.archived;
         let outcome = self.run(async move {
