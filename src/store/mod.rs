@@ -301,8 +301,10 @@ impl std::str::FromStr for ListCursor {
 pub struct SessionPage {
     /// At most `limit` sessions, in the listing's order.
     pub sessions: Vec<SessionSummary>,
-    /// The entries that could not be read: all of them on the first page (no cursor), none
-    /// on the others.
+    /// The entries that could not be read. With the default [`SessionStore::list_page`],
+    /// all of them on the first page (no cursor) and none on the others; a store that
+    /// pages from an index (such as `PostgresSessionStore`) reports each on the page it
+    /// falls in.
     pub unreadable: Vec<Error>,
     /// Where the next page starts, if there are more sessions.
     pub next: Option<ListCursor>,
