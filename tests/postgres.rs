@@ -1790,4 +1790,41 @@ mod postgres_store {
             .expect_err("nothing stored")
             .is_not_found());
     }
+
+    #[test]
+    fn a_row_whose_key_is_not_a_session_id_is_reported_not_fatal() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        for name in ["k1", "k2", "k3"] {
+            store.save(&snapshot(name, name)).expect("save");
+        }
+        // A row written by hand under a key that is not an id.
+        pg::execute(&format!(
+            "INSERT INTO \"{schema}\".sessions (id, revision, created_ns, updated_ns, summary, snapshot)
+             SELECT 'Not An Id', 1, created_ns, updated_ns, summary, snapshot
+             FROM \"{schema}\".sessions WHERE id = 'k2'"
+        ));
+        let listing = store.list().expect("the listing survives");
+        assert_eq!(listing.sessions.len(), 3);
+        assert_eq!(listing.unreadable.len(), 1, "{:?}", listing.unreadable);
+        assert!(
+            listing.unreadable[0].to_string().contains("Not An Id"),
+            "{}",
+            listing.unreadable[0]
+        );
+        // A walk one session at a time still sees every readable session once.
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.list_page(1, after.as_ref()).expect("page");
+            seen.extend(page.sessions.iter().map(|s| s.id.to_string()));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, ["k1", "k2", "k3"]);
+    }
 }

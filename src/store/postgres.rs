@@ -622,7 +622,7 @@ impl PostgresSessionStore {
         scope: ListScope,
         after: Option<&ListCursor>,
         limit: Option<usize>,
-    ) -> Result<Vec<(ListCursor, Result<SessionSummary>)>> {
+    ) -> Result<Vec<(Option<ListCursor>, Result<SessionSummary>)>> {
         let pool = self.pool.clone();
         let schema = self.sql_schema.clone();
         let archived: Option<bool> = match scope {
@@ -666,9 +666,17 @@ impl PostgresSessionStore {
         for row in rows {
             let id: String = row.get(0);
             let json: String = row.get(1);
-            let place = ListCursor {
-                updated_at: DateTime::from_timestamp_nanos(row.get(3)),
-                id: SessionId::parse(&id).map_err(|e| e.at(&self.location_of_key(&id)))?,
+            // A row under a key that is not a session id (written by hand) is reported,
+            // not fatal to the listing; it cannot mark a page's end.
+            let place = match SessionId::parse(&id) {
+                Ok(session) => Some(ListCursor {
+                    updated_at: DateTime::from_timestamp_nanos(row.get(3)),
+                    id: session,
+                }),
+                Err(e) => {
+                    listed.push((None, Err(e.at(&self.location_of_key(&id)))));
+                    continue;
+                }
             };
             listed.push((place, self.summary_of(&id, &json, row.get(2))));
         }
@@ -812,9 +820,17 @@ impl SessionStore for PostgresSessionStore {
         })?;
         let row = row.ok_or_else(|| Error::NotFound { id: id.clone() })?;
         let location = self.location(id);
-        let revision: i64 = row.get(0);
-        let size: i32 = row.get(1);
-        let Some(bytes) = row.get::<_, Option<Vec<u8>>>(2) else {
+        // The types are those `migrate` gives the columns; a table made otherwise is an
+        // error, never a panic.
+        let column = |e| {
+            backend(
+                "read a session's row (is the table the one migrate made?)",
+                e,
+            )
+        };
+        let revision: i64 = row.try_get(0).map_err(column)?;
+        let size: i32 = row.try_get(1).map_err(column)?;
+        let Some(bytes) = row.try_get::<_, Option<Vec<u8>>>(2).map_err(column)? else {
             return Err(Error::TooLarge {
                 path: self.row_path(id),
                 size_bytes: u64::try_from(size).unwrap_or(0),
@@ -869,7 +885,7 @@ impl SessionStore for PostgresSessionStore {
         let more = rows.len() > limit;
         rows.truncate(limit);
         let next = if more {
-            rows.last().map(|(place, _)| place.clone())
+            rows.iter().rev().find_map(|(place, _)| place.clone())
         } else {
             None
         };
