@@ -506,13 +506,7 @@ impl PostgresSessionStore {
     /// [`Error::Backend`] if the server cannot be reached or refuses (for example, the
     /// user may not create schemas).
     pub fn migrate(&self) -> Result<()> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
-        self.run(async move {
-            let mut client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        self.with_client(move |mut client, schema| async move {
             let mut tx = client
                 .transaction()
                 .await
@@ -551,6 +545,25 @@ impl PostgresSessionStore {
             tx.commit()
                 .await
                 .map_err(|e| backend("commit the migration", e))
+        })
+    }
+
+    /// Runs `work` with a connection from the pool and the schema as an SQL identifier,
+    /// on the store's runtime (see [`run`](Self::run)).
+    fn with_client<T, F, Fut>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(deadpool_postgres::Client, String) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T>> + Send,
+    {
+        let pool = self.pool.clone();
+        let schema = self.sql_schema.clone();
+        self.run(async move {
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            work(client, schema).await
         })
     }
 
@@ -623,8 +636,6 @@ impl PostgresSessionStore {
         after: Option<&ListCursor>,
         limit: Option<usize>,
     ) -> Result<Vec<(Option<ListCursor>, Result<SessionSummary>)>> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
         let archived: Option<bool> = match scope {
             ListScope::Active => Some(false),
             ListScope::Archived => Some(true),
@@ -635,11 +646,7 @@ impl PostgresSessionStore {
             None => None,
         };
         let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        let rows = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let rows = self.with_client(move |client, schema| async move {
             let (after_ns, after_id) = match &after {
                 Some((ns, id)) => (Some(*ns), Some(id.as_str())),
                 None => (None, None),
@@ -721,13 +728,7 @@ impl SessionStore for PostgresSessionStore {
         let updated = nanos(&id, snapshot.updated_at())?;
         let new = revision_column(&id, revision)?;
         let old = revision_column(&id, expected)?;
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
-        let found = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let found = self.with_client(move |client, schema| async move {
             let key = id.as_str();
             let written = if expected == Revision::NEW {
                 client
@@ -792,15 +793,9 @@ impl SessionStore for PostgresSessionStore {
     }
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
         let key = id.to_string();
         let limit = to_i64(self.max_snapshot_bytes);
-        let row = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let row = self.with_client(move |client, schema| async move {
             // The size is checked before the bytes are fetched.
             client
                 .query_opt(
@@ -904,14 +899,8 @@ impl SessionStore for PostgresSessionStore {
     }
 
     fn delete(&self, id: &SessionId) -> Result<()> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
         let key = id.to_string();
-        let deleted = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let deleted = self.with_client(move |client, schema| async move {
             client
                 .execute(
                     &prepared(
@@ -931,14 +920,8 @@ impl SessionStore for PostgresSessionStore {
     }
 
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
         let key = id.to_string();
-        let updated = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let updated = self.with_client(move |client, schema| async move {
             client
                 .execute(
                     &prepared(
@@ -958,17 +941,11 @@ impl SessionStore for PostgresSessionStore {
     }
 
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
         let key = listed.id.to_string();
         let revision = revision_column(&listed.id, listed.revision)?;
         let created = nanos(&listed.id, listed.created_at)?;
         let archived = listed.archived;
-        let outcome = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let outcome = self.with_client(move |client, schema| async move {
             let deleted = client
                 .execute(
                     &prepared(
@@ -1026,14 +1003,8 @@ impl SessionStore for PostgresSessionStore {
     }
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
         let key = id.to_string();
-        let size = self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
+        let size = self.with_client(move |client, schema| async move {
             client
                 .query_opt(
                     &prepared(
