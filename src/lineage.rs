@@ -184,20 +184,81 @@ pub(crate) fn cut(
             prompts.nth(n).unwrap_or(transcript.len())
         }
     };
-    if let Some(split) = records
-        .iter()
-        .find(|r| r.call_at.message < cut && r.result_at.message >= cut)
-    {
+    if let Some(split) = splitting(records, cut) {
         return Err(Error::InvalidArgument {
             reason: format!(
                 "cannot fork session {id} at message {cut}: tool call {:?} is made in message {} and answered in message {}; fork at message {} or {} instead",
                 split.call_id,
                 split.call_at.message,
                 split.result_at.message,
-                split.call_at.message,
-                split.result_at.message + 1
+                valid_point(records, cut, |r| r.call_at.message),
+                valid_point(records, cut, |r| r.result_at.message + 1),
             ),
         });
     }
     Ok(cut)
+}
+
+/// A tool call that a cut before message `cut` separates from its result.
+fn splitting(records: &[ToolCallRecord], cut: usize) -> Option<&ToolCallRecord> {
+    records
+        .iter()
+        .find(|r| r.call_at.message < cut && r.result_at.message >= cut)
+}
+
+/// The nearest cut from `cut` that splits no tool call, moving each time to where
+/// `toward` says the splitting call allows (its call's message, or past its result):
+/// with several calls in flight, the first point past one call can split another.
+fn valid_point(
+    records: &[ToolCallRecord],
+    mut cut: usize,
+    toward: impl Fn(&ToolCallRecord) -> usize,
+) -> usize {
+    while let Some(split) = splitting(records, cut) {
+        cut = toward(split);
+    }
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{BlockPosition, ToolCallStatus};
+
+    fn record(call: usize, result: usize) -> ToolCallRecord {
+        ToolCallRecord {
+            call_id: format!("c{call}-{result}"),
+            tool_name: "t".to_owned(),
+            call_at: BlockPosition {
+                message: call,
+                block: 0,
+            },
+            result_at: BlockPosition {
+                message: result,
+                block: 0,
+            },
+            status: ToolCallStatus::Ok,
+        }
+    }
+
+    #[test]
+    fn the_points_a_refused_cut_suggests_split_no_call_themselves() {
+        // Message 2 makes two calls, answered in messages 3 and 4; message 5 makes one
+        // answered in 6. A cut at 3 splits the first call, and just past its result (4)
+        // still splits the second: the nearest valid points are 2 and 5.
+        let records = [record(2, 3), record(2, 4), record(5, 6)];
+        let id = SessionId::parse("s").unwrap();
+        let transcript: Vec<Message> = (0..8).map(|i| Message::user(format!("{i}"))).collect();
+        for (cut, before, after) in [(3, 2, 5), (4, 2, 5), (6, 5, 7)] {
+            let error = super::cut(&id, &transcript, &records, ForkAt::Messages(cut)).unwrap_err();
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!("fork at message {before} or {after} instead")),
+                "cut {cut}: {text}"
+            );
+            for point in [before, after] {
+                assert!(splitting(&records, point).is_none(), "{point} is not valid");
+            }
+        }
+    }
 }
