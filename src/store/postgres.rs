@@ -59,9 +59,11 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 /// - [`load`](SessionStore::load) decodes and validates what it reads as strictly as the
 ///   file store does (size limit, schema version, embedded id); damage is a corrupt-kind
 ///   error naming the row.
-/// - Listings read the summary columns only, newest first from an index on
-///   `(archived, updated, id)`; [`list_page`](SessionStore::list_page) reads one page
-///   from it (keyset pagination), whatever the store's size.
+/// - Listings read the summary columns only, never snapshots.
+///   [`list_page`](SessionStore::list_page) reads one page from an index on
+///   `(archived, updated, id)` (keyset pagination), whatever the store's size; a whole
+///   listing lets the server choose (it reads the table and sorts it when that is
+///   cheaper).
 /// - Archive state is a column; [`delete_if_unchanged`](SessionStore::delete_if_unchanged)
 ///   is one `DELETE … WHERE` on revision, creation time and archive state.
 ///
@@ -168,9 +170,9 @@ impl PostgresStoreBuilder {
     }
 
     /// How long one call may take in all, waiting for a connection included, before it
-    /// fails with [`Error::Backend`] (default 60 seconds). The server is also asked to
-    /// cancel any statement (or lock wait) that runs that long, so a stuck call does not
-    /// keep holding a connection.
+    /// fails with [`Error::Backend`] (default 60 seconds). Unless the connection string
+    /// sets `options` of its own, the server is also asked to cancel any statement (or
+    /// lock wait) that runs that long, so a stuck call does not keep holding a connection.
     pub fn query_timeout(&mut self, timeout: std::time::Duration) -> &mut Self {
         self.query_timeout = timeout;
         self
