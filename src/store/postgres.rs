@@ -12,8 +12,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use super::{
-    check_page_limit, check_revision, check_unchanged, ListCursor, ListScope, Revision,
-    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_unchanged, ListCursor, ListScope, Revision, SessionList, SessionPage,
+    SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
@@ -321,7 +321,7 @@ impl StoredSummary {
     }
 
     fn into_summary(self, archived: bool) -> SessionSummary {
-        let mut summary = SessionSummary {
+        SessionSummary {
             id: self.id,
             revision: self.revision,
             created_at: self.created_at,
@@ -331,10 +331,8 @@ impl StoredSummary {
             model: self.model,
             cost: self.cost,
             lineage: self.lineage,
-            archived: false,
-        };
-        summary.archived = archived;
-        summary
+            archived,
+        }
     }
 }
 
@@ -705,11 +703,11 @@ impl SessionStore for PostgresSessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let id = snapshot.id().clone();
         let expected = snapshot.revision();
-        // Refuses u64::MAX, which `next()` could not move past.
-        if expected.as_u64() == u64::MAX {
-            check_revision(&id, expected, Some(expected))?;
-        }
         let revision = expected.next();
+        // Both fit the bigint column (this also refuses u64::MAX, which `next()` cannot
+        // move past), checked before the snapshot is encoded.
+        let new = revision_column(&id, revision)?;
+        let old = revision_column(&id, expected)?;
         let bytes = snapshot.to_json_with_revision(revision)?;
         if bytes.len() as u64 > self.max_snapshot_bytes {
             // As the file store refuses it.
@@ -728,8 +726,6 @@ impl SessionStore for PostgresSessionStore {
             })?;
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
-        let new = revision_column(&id, revision)?;
-        let old = revision_column(&id, expected)?;
         let found = self.with_client(move |client, schema| async move {
             let key = id.as_str();
             let written = if expected == Revision::NEW {
