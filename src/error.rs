@@ -178,6 +178,24 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A lock (the file store's write lock) was held by another writer for longer than the
+    /// store waits for it ([`FileStoreBuilder::lock_timeout`](crate::FileStoreBuilder::lock_timeout)),
+    /// so nothing was done. Retrying later may work; a writer that keeps the lock that long
+    /// is usually a hung process.
+    #[error(
+        "{} was held by another writer for {:.1} s, longer than this store waits: nothing was done; \
+         retry later, and if it persists look for a hung process of this store (a crashed one \
+         never holds it)",
+        DisplayLocation(location),
+        waited.as_secs_f64()
+    )]
+    Busy {
+        /// The lock that was busy.
+        location: Location,
+        /// How long the store waited.
+        waited: std::time::Duration,
+    },
+
     /// An operating-system I/O call failed.
     #[error("could not {operation} {}", path.display())]
     Io {
@@ -350,6 +368,7 @@ impl fmt::Display for DisplayLocation<'_> {
             Location::File(path) => {
                 let kind = match path.extension().and_then(|e| e.to_str()) {
                     Some("journal") => "journal file",
+                    _ if path.file_name().is_some_and(|n| n == ".lock") => "the store's write lock",
                     _ => "snapshot file",
                 };
                 write!(f, "{kind} {}", path.display())
@@ -386,6 +405,8 @@ pub enum ErrorKind {
     Corrupt,
     /// The operating system failed an I/O call; retrying may help.
     Io,
+    /// Another writer held a lock for too long ([`Error::Busy`]); retry later.
+    Busy,
     /// The model client failed.
     Engine,
 }
@@ -421,6 +442,7 @@ impl Error {
             | Error::ImportIncomplete { .. }
             | Error::Backend { .. } => ErrorKind::Io,
             Error::Engine { .. } => ErrorKind::Engine,
+            Error::Busy { .. } => ErrorKind::Busy,
         }
     }
 

@@ -870,6 +870,155 @@ fn a_session_at_the_largest_revision_cannot_be_saved_again() {
     assert_eq!(fs::read(&path).expect("read"), before, "nothing written");
 }
 
+// ---------------------------------------------------------------------------------------
+// Issue 12: the directory's owner and mode after open, links named as links, planted
+// archive markers.
+// ---------------------------------------------------------------------------------------
+
+/// Whether this process runs as root (uid 0), read from /proc without unsafe code.
+fn running_as_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Issue 12, item 5: a private directory that another user owns can be emptied or changed
+/// by that user, whatever its mode.
+#[test]
+fn store_dir_owned_by_another_user_is_refused() {
+    if !running_as_root() {
+        eprintln!("skipped: only root can give a directory to another user");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("theirs");
+    FileSessionStore::open(&dir)
+        .expect("create")
+        .save(&snapshot("kept"))
+        .expect("save");
+    // 65534 is `nobody` on Debian and most other systems.
+    let status = Command::new("chown")
+        .args(["65534:65534"])
+        .arg(&dir)
+        .status()
+        .expect("chown");
+    assert!(status.success());
+    let before = dir_names(&dir);
+    let err = FileSessionStore::open(&dir).expect_err("a directory of another user");
+    assert_insecure(&err, &dir);
+    assert!(err.to_string().contains("another user"), "{err}");
+    assert_eq!(dir_names(&dir), before, "nothing was written");
+}
+
+/// A change to the store directory, or its undoing.
+type Step<'a> = Box<dyn Fn() + 'a>;
+
+/// Issue 12, item 16: a store already open stops using its directory once it is loosened
+/// or given away, as a fresh open would refuse it; put back, it works again.
+#[test]
+fn a_store_dir_loosened_or_given_away_after_open_is_refused_by_every_operation() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("s");
+    let store = FileSessionStore::open(&dir).expect("open");
+    let kept = snapshot("kept");
+    store.save(&kept).expect("save");
+    let mut changes: Vec<(&str, Step, Step)> = vec![(
+        "mode 0755",
+        Box::new(|| set_mode(&dir, 0o755)),
+        Box::new(|| set_mode(&dir, 0o700)),
+    )];
+    if running_as_root() {
+        changes.push((
+            "owner nobody",
+            Box::new(|| {
+                assert!(Command::new("chown")
+                    .arg("65534")
+                    .arg(&dir)
+                    .status()
+                    .expect("chown")
+                    .success());
+            }),
+            Box::new(|| {
+                assert!(Command::new("chown")
+                    .arg("0")
+                    .arg(&dir)
+                    .status()
+                    .expect("chown")
+                    .success());
+            }),
+        ));
+    } else {
+        eprintln!("not root: the owner change is not tried");
+    }
+    for (what, change, undo) in &changes {
+        change();
+        let fresh = snapshot("new-one");
+        let results = [
+            ("save", store.save(&fresh).map(|_| ())),
+            ("load", store.load(kept.id()).map(|_| ())),
+            ("list", store.list().map(|_| ())),
+            ("delete", store.delete(kept.id())),
+            ("archive", store.set_archived(kept.id(), true)),
+        ];
+        for (op, result) in results {
+            let err = result.expect_err(&format!("{op} after {what}"));
+            assert_insecure(&err, store.dir());
+        }
+        assert!(!store.path_of(fresh.id()).exists(), "{what}: saved anyway");
+        undo();
+        store.load(kept.id()).expect("works again once put back");
+    }
+}
+
+/// Issue 12, item 16: `--store` naming a link said "not a directory"; it is a link.
+#[test]
+fn a_link_to_a_store_dir_is_named_a_symbolic_link() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let real = tmp.path().join("real");
+    FileSessionStore::open(&real).expect("create");
+    let link = tmp.path().join("link");
+    symlink(&real, &link).expect("symlink");
+    let err = FileSessionStore::open(&link).expect_err("a link");
+    assert_insecure(&err, &link);
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert!(!err.to_string().contains("not a directory"), "{err}");
+}
+
+/// Issue 12, item 16: a directory planted at `<id>.archived` made a new session under that
+/// id start archived (listings go by the name) and made unarchiving fail obscurely.
+#[test]
+fn a_directory_planted_as_an_archive_marker_is_refused_clearly() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("s");
+    let store = FileSessionStore::open(&dir).expect("open");
+
+    let planted = dir.join("fresh.archived");
+    fs::create_dir(&planted).expect("plant");
+    let err = store
+        .save(&snapshot("fresh"))
+        .expect_err("a new session would start archived");
+    assert_insecure(&err, &planted);
+    assert!(!store.path_of(&id("fresh")).exists(), "nothing saved");
+
+    let existing = snapshot("existing");
+    store.save(&existing).expect("save");
+    store.set_archived(existing.id(), true).expect("archive");
+    let marker = dir.join("existing.archived");
+    fs::remove_file(&marker).expect("remove the marker");
+    fs::create_dir(&marker).expect("plant a directory instead");
+    let err = store
+        .set_archived(existing.id(), false)
+        .expect_err("unarchive through a directory");
+    assert_insecure(&err, &marker);
+    assert!(marker.is_dir(), "the planted directory is left alone");
+}
+
 mod support {
     use std::fs;
     use std::io::Write;

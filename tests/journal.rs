@@ -1192,13 +1192,15 @@ fn symlinked_journal_is_refused_and_never_followed() {
     let new_id = sid("linked-new");
     let target = tmp.path().join("planted.journal");
     symlink(&target, files(&dir, &new_id).journal).expect("symlink");
+    // The save is refused (issue 12, item 4: it could not be loaded), so nothing is stored.
     let saved = store.save(&built(&new_id, 1, SMALL));
-    if let Err(err) = &saved {
-        assert_insecure(err, &files(&dir, &new_id).journal);
-    }
+    assert_insecure(
+        &saved.expect_err("a save beside a linked journal"),
+        &files(&dir, &new_id).journal,
+    );
     assert!(!target.exists(), "a file was created through the link");
     match store.load(&new_id) {
-        Err(err) => assert_insecure(&err, &files(&dir, &new_id).journal),
+        Err(err) => assert!(err.is_not_found(), "{err:?}"),
         Ok(loaded) => panic!("a session with a linked journal loaded: {loaded:?}"),
     }
 }
@@ -1257,6 +1259,86 @@ fn fifo_journal_is_refused_without_hanging() {
         .expect("stat")
         .file_type()
         .is_fifo());
+}
+
+/// Puts something in place of a journal path.
+type Planter = Box<dyn Fn(&Path)>;
+
+/// Issue 12, item 4: a load reads whatever `<id>.journal` is and refuses a link, a
+/// directory, a FIFO or a hard-linked file there, so a save that wrote a new session's
+/// snapshot beside one would acknowledge a session that never loads. It must fail instead,
+/// writing nothing; so must a whole rewrite of an existing session.
+#[test]
+fn a_save_beside_an_unusable_journal_path_fails_and_acknowledges_nothing() {
+    let (tmp, dir) = store_dir();
+    let store = open(&dir);
+    let plant: Vec<(&str, Planter)> = vec![
+        (
+            "a directory",
+            Box::new(|path: &Path| fs::create_dir(path).expect("mkdir")),
+        ),
+        (
+            "a FIFO",
+            Box::new(|path: &Path| {
+                let status = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+                assert!(status.success(), "mkfifo");
+            }),
+        ),
+        (
+            "a dangling symbolic link",
+            Box::new(|path: &Path| symlink("/nonexistent/agent-session", path).expect("symlink")),
+        ),
+        (
+            "a symbolic link to a file",
+            Box::new({
+                let outside = tmp.path().join("outside.journal");
+                fs::write(&outside, b"").expect("outside file");
+                move |path: &Path| symlink(&outside, path).expect("symlink")
+            }),
+        ),
+        (
+            "a hard-linked file",
+            Box::new({
+                let outside = tmp.path().to_path_buf();
+                move |path: &Path| {
+                    fs::write(path, b"").expect("journal file");
+                    let name = path.file_name().expect("a file name");
+                    fs::hard_link(path, outside.join(name)).expect("hard link");
+                }
+            }),
+        ),
+    ];
+    for (i, (what, plant)) in plant.iter().enumerate() {
+        // A new session.
+        let id = sid(&format!("unusable-{i}"));
+        let f = files(&dir, &id);
+        plant(&f.journal);
+        let err = store
+            .save(&built(&id, 1, SMALL))
+            .expect_err(&format!("a new session beside {what}"));
+        assert_insecure(&err, &f.journal);
+        assert!(
+            fs::symlink_metadata(&f.base).is_err(),
+            "{what}: a snapshot was written"
+        );
+        assert!(store.load(&id).expect_err(what).is_not_found(), "{what}");
+
+        // An existing session written whole (a builder snapshot at its revision).
+        let id = sid(&format!("unusable-existing-{i}"));
+        let f = files(&dir, &id);
+        let first = save(&store, built(&id, 1, SMALL));
+        let base = fs::read(&f.base).expect("base");
+        plant(&f.journal);
+        let err = store
+            .save(&built(&id, 2, SMALL).with_revision(first.revision()))
+            .expect_err(&format!("a rewrite beside {what}"));
+        assert_insecure(&err, &f.journal);
+        assert_eq!(
+            fs::read(&f.base).expect("base"),
+            base,
+            "{what}: base changed"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

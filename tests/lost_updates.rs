@@ -395,6 +395,48 @@ fn two_processes_read_modify_write_one_session_and_lose_no_update() {
     );
 }
 
+/// Issue 12, item 1: deleting `.lock` while the writers run (a user cleaning a "stale" lock,
+/// a tmp cleaner) must not let two writers hold the lock at once. The test deletes the lock
+/// file every millisecond while two processes increment; each time, stores holding the
+/// deleted file must notice that the path names another file and lock that one instead.
+#[test]
+fn two_processes_lose_no_update_while_the_lock_file_is_deleted_again_and_again() {
+    let increments = scaled(PER_PROCESS / 4);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let store = FileSessionStore::open(tmp.path()).expect("open");
+    create(&store);
+    let lock = tmp.path().join(".lock");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (tallies, deletions) = std::thread::scope(|scope| {
+        let deleter = scope.spawn(|| {
+            let mut deletions = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if std::fs::remove_file(&lock).is_ok() {
+                    deletions += 1;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            deletions
+        });
+        let tallies = run_processes(store.dir(), increments, Mode::Cas);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (tallies, deleter.join().expect("the deleting thread"))
+    });
+    let figures = account(&store, &tallies).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "lost_updates processes with the lock file deleted {deletions} times: \
+         {PROCESSES} x {increments}: {figures}"
+    );
+    assert!(
+        deletions > 10,
+        "the lock file was hardly deleted, so nothing was tested"
+    );
+    assert!(
+        tallies.iter().map(|t| t.conflicts).sum::<u64>() > 0,
+        "the processes never contended, so nothing was tested"
+    );
+}
+
 #[test]
 fn negative_control_stale_retry_across_processes_is_caught_as_lost_updates() {
     let tmp = tempfile::tempdir().expect("temp dir");

@@ -1326,7 +1326,9 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         (OpenWrite, "summary"),
     ];
     let summary = [(WriteAllAt, "summary"), (SetLen, "summary")];
+    // Every writer first checks that the lock it took is on the file `.lock` names.
     let inspect = [
+        (SymlinkMetadata, "lock"),
         (SymlinkMetadata, "dir"),
         (SymlinkMetadata, "base"),
         (SymlinkMetadata, "journal"),
@@ -1334,7 +1336,18 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     // What this store remembers is trusted only while the base's header still names the
     // same revision (inode numbers are reused, timestamps can be coarse).
     let header = [(OpenRead, "base"), (SymlinkMetadata, "base")];
-    let remembered = [inspect.as_slice(), &header, &replacing, &after, &summary].concat();
+    // A new base is written only if the journal's path is free or a plain journal, which
+    // a load can read.
+    let slot = [(SymlinkMetadata, "journal")];
+    let remembered = [
+        inspect.as_slice(),
+        &header,
+        &slot,
+        &replacing,
+        &after,
+        &summary,
+    ]
+    .concat();
     let from_files = [
         inspect.as_slice(),
         &[
@@ -1342,6 +1355,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
             (SymlinkMetadata, "base"),
             (OpenRead, "journal"),
         ],
+        &slot,
         &replacing,
         &after,
         &summary,
@@ -1351,11 +1365,13 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     // that id.
     let first = [
         [
+            (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
             (SymlinkMetadata, "archived"),
         ]
         .as_slice(),
+        &slot,
         &replacing,
         &after,
         &[(CreatePrivate, "summary")],
@@ -1387,6 +1403,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     assert_eq!(
         clean_delete_calls(),
         [
+            (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
             (RemoveFile, "base"),
@@ -1405,6 +1422,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
             OpenDir,
             SymlinkMetadata,
             OpenLock,
+            SymlinkMetadata,
             ReadDir,
             SymlinkMetadata,
             RemoveFile
@@ -1419,10 +1437,11 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
             SetDirPrivate,
             SymlinkMetadata,
             OpenLock,
+            SymlinkMetadata,
             ReadDir
         ]
     );
-    let tail = [OpenDir, SymlinkMetadata, OpenLock, ReadDir];
+    let tail = [OpenDir, SymlinkMetadata, OpenLock, SymlinkMetadata, ReadDir];
     let creating = [
         [SymlinkMetadata, SymlinkMetadata, CreateDirPrivate, SyncDir].as_slice(),
         &tail,
@@ -1591,14 +1610,14 @@ fn a_failed_fsync_is_never_retried_on_the_same_file() {
         )
         .expect("open");
         let id = SessionId::parse(ID).expect("valid id");
-        // Call 6 of a first save is the file fsync.
-        fs.arm(6, Fault::Eio, persistence);
+        // Call 8 of a first save is the file fsync.
+        fs.arm(8, Fault::Eio, persistence);
         let err = store
             .save(&snapshot_on(&id, 0, "new", 100))
             .expect_err("fsync fails");
         let mut calls = fs.disarm();
-        assert_eq!(calls[5].op, Op::SyncFile);
-        let failed_inode = calls[5].inode.expect("inode");
+        assert_eq!(calls[7].op, Op::SyncFile);
+        let failed_inode = calls[7].inode.expect("inode");
         assert!(err.to_string().contains("could not sync"), "{err}");
         // Nothing syncs the failed file again: not this save, not the next one.
         store
@@ -1886,6 +1905,7 @@ fn every_failing_call_of_a_delete_of_an_archived_session_keeps_or_removes_the_wh
     assert_eq!(
         clean_delete_calls_of(case),
         [
+            (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
             (RemoveFile, "base"),
@@ -2001,6 +2021,7 @@ fn every_failing_call_of_archiving_leaves_the_session_whole_and_a_retry_finishes
     assert_eq!(
         clean_archive_calls(true),
         [
+            (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
             (SymlinkMetadata, "archived"),
@@ -2011,6 +2032,7 @@ fn every_failing_call_of_archiving_leaves_the_session_whole_and_a_retry_finishes
     assert_eq!(
         clean_archive_calls(false),
         [
+            (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
             (SymlinkMetadata, "archived"),
@@ -2616,6 +2638,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         SymlinkMetadata, SyncData, SyncDir, SyncFile, WriteAll, WriteAllAt,
     };
     let inspect = [
+        (SymlinkMetadata, "lock"),
         (SymlinkMetadata, "dir"),
         (SymlinkMetadata, "base"),
         (SymlinkMetadata, "journal"),
@@ -2685,6 +2708,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
     let compaction = [
         remembered.as_slice(),
         &[
+            (SymlinkMetadata, "journal"),
             (CreateTemp, "temp"),
             (WriteAll, "temp"),
             (SyncFile, "temp"),
@@ -2718,6 +2742,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
     assert_eq!(
         clean_delete_calls_of(true),
         [
+            (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
             (SymlinkMetadata, "base"),
             (RemoveFile, "base"),

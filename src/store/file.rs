@@ -8,12 +8,14 @@ use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::atomic::{self, ReplaceError};
 use super::fs::{FileSystem, OsFileSystem};
 use super::journal::{self, JournalHeader, JOURNAL_VERSION};
+use super::lock::{StoreLock, WriteLock, DEFAULT_LOCK_TIMEOUT};
 use super::summary::{self, Stamp, MAX_SUMMARY_BYTES};
 use super::{
     check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore, SessionSummary,
@@ -121,10 +123,24 @@ pub enum Durability {
 /// the new snapshot file of a whole rewrite (rare, and renaming it unsynced over the only
 /// copy could lose the session); deletes still fsync the directory.
 ///
-/// Saves and deletes take an exclusive lock on `<dir>/.lock`, so compare-and-swap holds
-/// between threads and between processes on the same machine. Loads take no lock: they
-/// read the snapshot and then the journal, and read both again if a concurrent save
-/// replaced the snapshot meanwhile.
+/// # Locking
+///
+/// Saves, deletes and archive changes take the store's write lock, so compare-and-swap
+/// holds between threads and between processes on the same machine: an exclusive `flock`
+/// on the store directory itself, which nothing done to a file in it can split, and one on
+/// `<dir>/.lock`, which release 0.1 locked alone (so the two never write at once). A
+/// writer that finds the lock held waits for it at most
+/// [`FileStoreBuilder::lock_timeout`] (30 seconds by default), then fails with
+/// [`Error::Busy`] naming the lock; a process that crashed never holds it (the lock ends
+/// with its process), so waiting that long means a writer hung. Do not remove `.lock`
+/// while stores are open: this release re-creates it and locks the new file, but a
+/// process of release 0.1 would keep holding the deleted one.
+///
+/// Loads and listings take no lock: they read the snapshot and then the journal, and read
+/// both again if a concurrent save replaced the snapshot meanwhile. So a store on a
+/// read-only mount, or in a directory its user may only read, opens, lists, loads and
+/// exports as usual; its saves, deletes and archive changes fail with [`Error::Io`]
+/// saying the store may be read-only.
 ///
 /// # Listing
 ///
@@ -200,9 +216,8 @@ pub struct FileSessionStore {
     max_snapshot_bytes: u64,
     durability: Durability,
     fs: Arc<dyn FileSystem>,
-    /// The lock file, opened once. `flock` locks belong to an open file description, so the
-    /// mutex keeps two threads of this process from both "holding" it at once.
-    lock_file: Mutex<File>,
+    /// The store-wide write lock on `<dir>/.lock`.
+    lock: StoreLock,
     /// What this store last saw stored for each session it saved, valid while the files'
     /// identities (inode, size, modification time) are unchanged. It spares a save reading
     /// the journal to find where it ends; only taken under the write lock.
@@ -259,6 +274,7 @@ struct Known {
 pub struct FileStoreBuilder {
     max_snapshot_bytes: u64,
     durability: Durability,
+    lock_timeout: Duration,
 }
 
 impl FileStoreBuilder {
@@ -275,6 +291,15 @@ impl FileStoreBuilder {
         self
     }
 
+    /// Sets how long a save, delete or archive change waits for the store's write lock
+    /// while another writer (a thread, or another process) holds it, before it fails with
+    /// [`Error::Busy`] (default 30 seconds). A writer that crashed never holds the lock (it
+    /// ends with its process); one that hangs would otherwise block every writer forever.
+    pub fn lock_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
     /// Opens (creating if needed) the store in `dir`.
     ///
     /// # Errors
@@ -282,18 +307,6 @@ impl FileStoreBuilder {
     /// As [`FileSessionStore::open`].
     pub fn open(&self, dir: impl AsRef<Path>) -> Result<FileSessionStore> {
         FileSessionStore::open_configured(dir.as_ref(), self, Arc::new(OsFileSystem))
-    }
-}
-
-/// Holds the store-wide write lock until dropped.
-struct WriteLock<'a> {
-    file: MutexGuard<'a, File>,
-}
-
-impl Drop for WriteLock<'_> {
-    fn drop(&mut self) {
-        // Closing would release it too, but the file stays open for the next writer.
-        let _ = self.file.unlock();
     }
 }
 
@@ -324,6 +337,7 @@ impl FileSessionStore {
         FileStoreBuilder {
             max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
             durability: Durability::default(),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 
@@ -371,11 +385,22 @@ impl FileSessionStore {
         let created = ensure_dir(&*fs, &dir)?;
         // Check the directory through an open handle, so the checks (and a chmod) apply to
         // the directory itself, not to whatever the path names a moment later.
+        let symlink = || {
+            Error::Insecure {
+            path: dir.clone(),
+            reason: "the store path is a symbolic link, which is never followed; open the real directory instead",
+        }
+        };
         let handle = fs.open_dir(&dir).map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => Error::Insecure {
-                path: dir.clone(),
-                reason: "the store directory is a symbolic link; open the real directory instead",
-            },
+            Some(libc::ELOOP) => symlink(),
+            // `O_DIRECTORY | O_NOFOLLOW` on a link to a directory says "not a directory".
+            Some(libc::ENOTDIR)
+                if fs
+                    .symlink_metadata(&dir)
+                    .is_ok_and(|meta| meta.file_type().is_symlink()) =>
+            {
+                symlink()
+            }
             Some(libc::ENOTDIR) => Error::Insecure {
                 path: dir.clone(),
                 reason: "the store path is not a directory",
@@ -399,17 +424,7 @@ impl FileSessionStore {
                 reason: "the store directory was replaced while it was being opened",
             });
         }
-        let lock_path = root.join(LOCK_FILE);
-        let lock_file = fs.open_lock(&lock_path).map_err(|e| {
-            if is_symlink_error(&e) {
-                Error::Insecure {
-                    path: lock_path.clone(),
-                    reason: "the lock file is a symbolic link; remove it",
-                }
-            } else {
-                Error::io("open the lock file", &lock_path, e)
-            }
-        })?;
+        let lock = StoreLock::open(&*fs, handle, root.clone(), LOCK_FILE, settings.lock_timeout)?;
         let store = FileSessionStore {
             root,
             root_identity: (meta.dev(), meta.ino()),
@@ -417,7 +432,7 @@ impl FileSessionStore {
             max_snapshot_bytes,
             durability: settings.durability,
             fs,
-            lock_file: Mutex::new(lock_file),
+            lock,
             known: Mutex::new(HashMap::new()),
             listed: Mutex::new(HashMap::new()),
         };
@@ -426,20 +441,18 @@ impl FileSessionStore {
     }
 
     fn write_lock(&self) -> Result<WriteLock<'_>> {
-        let file = self
-            .lock_file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        file.lock()
-            .map_err(|e| Error::io("lock", &self.root.join(LOCK_FILE), e))?;
-        Ok(WriteLock { file })
+        self.lock.write(&*self.fs, &|| self.check_root())
     }
 
     /// Removes temporary files left by saves that crashed. Runs under the write lock, so it
     /// never removes the temporary file of a save in progress. Best effort: a leftover that
-    /// cannot be removed is harmless, because it is never listed as a session.
+    /// cannot be removed is harmless, because it is never listed as a session. Only if the
+    /// lock is free at once: a writer at work (or hung) holding it must not keep a store
+    /// from opening to read, and a read-only store has none to remove.
     fn remove_leftover_temp_files(&self) -> Result<()> {
-        let _lock = self.write_lock()?;
+        let Some(_lock) = self.lock.try_write(&*self.fs, &|| self.check_root())? else {
+            return Ok(());
+        };
         for name in self.names()? {
             let Some(name) = name.to_str() else { continue };
             if !(name.starts_with('.') && name.ends_with(TEMP_SUFFIX)) {
@@ -479,6 +492,21 @@ impl FileSessionStore {
             return Err(Error::Insecure {
                 path: self.root.clone(),
                 reason: "the store directory was replaced (by a link or another directory) after the store was opened; reopen it",
+            });
+        }
+        // Checked as the identity is, on every operation: a fresh open would refuse a
+        // directory that others can read or write, or that another user owns, so a store
+        // that is already open must not go on using one either.
+        if meta.uid() != self.owner_uid {
+            return Err(Error::Insecure {
+                path: self.root.clone(),
+                reason: "the store directory now belongs to another user than the one running this store, who could replace its sessions; give it back (chown) or use a directory of your own",
+            });
+        }
+        if !is_private(meta.permissions().mode()) {
+            return Err(Error::Insecure {
+                path: self.root.clone(),
+                reason: "the store directory's permissions were loosened after the store was opened, so other users may read or plant files; run `chmod 700` on it",
             });
         }
         Ok(())
@@ -688,7 +716,7 @@ impl FileSessionStore {
                 if locked {
                     break;
                 }
-                lock = Some(self.write_lock()?);
+                lock = Some(self.lock.read(&*self.fs, &|| self.check_root())?);
             }
             // Until the attempt under the lock, a base replaced at every look is a reason
             // to read again, not yet an error.
@@ -1107,6 +1135,7 @@ impl FileSessionStore {
     fn rewrite(&self, snapshot: &SessionSnapshot, revision: Revision) -> Result<Revision> {
         let id = snapshot.id();
         let path = self.path_of(id);
+        self.check_journal_slot(id)?;
         let bytes = snapshot.to_json_with_revision(revision)?;
         if bytes.len() as u64 > self.max_snapshot_bytes {
             return Err(Error::TooLarge {
@@ -1175,6 +1204,27 @@ impl FileSessionStore {
                 dir: self.root.clone(),
                 source,
             }),
+        }
+    }
+
+    /// Refuses to write a base beside a journal path that a load would refuse: a load reads
+    /// whatever `<id>.journal` is, and a symbolic link, a directory, a FIFO, a hard-linked
+    /// file or a file of another user there makes the session unloadable. A save that
+    /// wrote the base anyway would acknowledge a session that never loads.
+    fn check_journal_slot(&self, id: &SessionId) -> Result<()> {
+        let path = self.journal_path(id);
+        match self.fs.symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => Err(Error::Insecure {
+                path,
+                reason: "the journal path is a symbolic link, which is never followed, so the session could not be loaded; remove it and save again",
+            }),
+            Ok(meta) if !meta.is_file() => Err(Error::Insecure {
+                path,
+                reason: "the journal path is not a regular file (a directory, FIFO, socket or device), so the session could not be loaded; remove it and save again",
+            }),
+            Ok(meta) => self.check_file(&path, &meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("inspect", &path, e)),
         }
     }
 
@@ -1531,6 +1581,7 @@ impl SessionStore for FileSessionStore {
         if self.is_archived(id)? == archived {
             return Ok(());
         }
+
         if archived {
             self.fs
                 .create_private(&marker)
@@ -1582,10 +1633,12 @@ impl SessionStore for FileSessionStore {
 }
 
 impl FileSessionStore {
-    /// Whether session `id`'s archive marker is there.
+    /// Whether session `id`'s archive marker is there. A directory in its place is not a
+    /// marker this store wrote and cannot be removed by it: an error, not a state.
     fn is_archived(&self, id: &SessionId) -> Result<bool> {
         let marker = self.archived_path(id);
         match self.fs.symlink_metadata(&marker) {
+            Ok(meta) if meta.is_dir() => Err(not_a_marker(marker)),
             Ok(_) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io("inspect", &marker, e)),
@@ -1599,7 +1652,8 @@ impl FileSessionStore {
     fn remove_orphan_marker(&self, id: &SessionId) -> Result<()> {
         let marker = self.archived_path(id);
         match self.fs.symlink_metadata(&marker) {
-            Ok(meta) if meta.is_dir() => Ok(()),
+            // Listings go by the name, so the new session would start archived.
+            Ok(meta) if meta.is_dir() => Err(not_a_marker(marker)),
             Ok(_) => self
                 .fs
                 .remove_file(&marker)
@@ -1721,6 +1775,11 @@ fn check_store_dir(
         path: dir.to_path_buf(),
         reason,
     };
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(insecure(
+            "the store directory belongs to another user than the one running this store, who could delete or replace its sessions; use a directory of your own",
+        ));
+    }
     let mode = meta.permissions().mode();
     if mode & 0o022 != 0 {
         return Err(insecure(
@@ -1743,6 +1802,15 @@ fn check_store_dir(
     }
     fs.set_dir_private(handle)
         .map_err(|e| Error::io("make the store directory private (chmod 700)", dir, e))
+}
+
+/// A directory where a session's archive marker goes: this store never makes one, and
+/// cannot remove it.
+fn not_a_marker(path: PathBuf) -> Error {
+    Error::Insecure {
+        path,
+        reason: "it is a directory, not the empty archive marker this store writes, and it makes listings show the session as archived; remove it",
+    }
 }
 
 /// Whether a file mode gives group and others no access at all.

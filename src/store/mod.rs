@@ -8,6 +8,7 @@ mod fault_injection;
 mod file;
 mod fs;
 mod journal;
+mod lock;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
