@@ -380,7 +380,7 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
                 ),
             });
         }
-        let copy = snapshot.renamed(target.clone(), lineage);
+        let mut copy = snapshot.renamed(target.clone(), lineage);
         copy.validate()?;
         match store.load(&target) {
             Err(e) if e.is_not_found() => {}

@@ -208,18 +208,24 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// A snapshot nests JSON values (in metadata, tool arguments or provider blocks) deeper
-    /// than a snapshot can be read back with, so it is not written.
+    /// JSON values (in metadata, tool arguments, tool output or provider blocks) nest
+    /// deeper than a stored session can be read back with. Such a value is refused where it
+    /// enters a session or snapshot (and never written), so the session stays as it was and
+    /// can still be saved.
     #[error(
-        "session {id} holds JSON nested {depth} levels deep, but snapshots can be read back \
-         only up to {limit} levels: flatten deeply nested metadata or tool arguments"
+        "session {id}: {part} nests JSON {depth} levels deep, more than the {limit} a stored \
+         session can read back, so it was refused: flatten it (for example, keep deeply \
+         nested data as a JSON string)"
     )]
     TooDeep {
-        /// The session being encoded.
+        /// The session it was meant for.
         id: SessionId,
-        /// How deep its JSON form nests.
+        /// What nests too deep: `"metadata"`, `"message 12"`, `"the engine's message"`,
+        /// `"the snapshot"`.
+        part: String,
+        /// How deep it nests (its own object or array counting as 1).
         depth: usize,
-        /// The deepest nesting a snapshot may have.
+        /// The deepest it may nest.
         limit: usize,
     },
 

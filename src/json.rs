@@ -13,6 +13,61 @@ use serde_json::{Map, Number, Value};
 /// counting the snapshot's own top-level object as 1.
 pub(crate) const MAX_JSON_DEPTH: usize = 127;
 
+/// The deepest a message may nest as JSON, counting its own object as 1: a message sits
+/// two levels inside the documents that hold it (a snapshot's `transcript`, a journal
+/// record's `messages`), and the documents must stay within [`MAX_JSON_DEPTH`].
+pub(crate) const MAX_MESSAGE_DEPTH: usize = MAX_JSON_DEPTH - 2;
+
+/// The deepest a session's metadata may nest, counting the metadata object as 1: it sits
+/// one level inside a snapshot or a journal record.
+pub(crate) const MAX_METADATA_DEPTH: usize = MAX_JSON_DEPTH - 1;
+
+/// How deep `value` nests: 0 for a number, string, boolean or null, 1 for an array or
+/// object of those, and so on. Walks the value with a stack of its own, so no depth
+/// overflows the thread's stack (`serde_json`'s own `Clone`, `Drop`, `PartialEq` and
+/// serializer recurse, and abort the process somewhere past ten thousand levels).
+pub(crate) fn value_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((value, level)) = stack.pop() {
+        match value {
+            Value::Array(items) => {
+                deepest = deepest.max(level);
+                stack.extend(items.iter().map(|item| (item, level + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(level);
+                stack.extend(map.values().map(|item| (item, level + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// How deep `map` nests as a JSON object (1 when it holds no arrays or objects).
+pub(crate) fn map_depth(map: &Map<String, Value>) -> usize {
+    1 + map.values().map(value_depth).max().unwrap_or(0)
+}
+
+/// Drops `value` one container at a time instead of recursively, so a value nested far
+/// too deep (which this crate refuses) can be let go of without overflowing the stack.
+pub(crate) fn dismantle(value: Value) {
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.into_iter().map(|(_, item)| item)),
+            _ => {}
+        }
+    }
+}
+
+/// [`dismantle`] for an object's entries.
+pub(crate) fn dismantle_map(map: Map<String, Value>) {
+    dismantle(Value::Object(map));
+}
+
 /// The deepest nesting of arrays and objects in a JSON document, found by scanning its
 /// bytes (brackets inside strings do not count): the reference
 /// [`write_measuring_depth`] is checked against.

@@ -7,16 +7,21 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use crate::engine::{CompletionRequest, Engine, ToolDefinition, ToolExecutor};
+use crate::engine::{Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 use crate::error::{BoxError, Error, Result};
 use crate::id::SessionId;
+use crate::json;
 use crate::lineage::Lineage;
+use crate::snapshot::check_metadata_depth;
 use crate::snapshot::{
     BlockPosition, Counts, PersistedOptions, Provenance, SessionSnapshot, SnapshotParts,
     ToolCallRecord, ToolCallStatus,
 };
 use crate::store::Revision;
-use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
+use crate::transcript::{
+    blocks_depth, dismantle_message, dismantle_output, message_depth, ContentBlock, Message, Role,
+    ToolCall, ToolOutput, ToolResult,
+};
 use crate::usage::{Usage, UsageTotals};
 
 /// The turn limit used when none is given: model completions per [`Session::send`].
@@ -136,13 +141,19 @@ impl SessionOptions {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the options a session `id` is made with. Refused options are taken apart
+    /// here, so metadata nested too deep to save is never dropped recursively.
+    fn validate(mut self, id: &SessionId) -> Result<Self> {
         if self.max_turns == 0 {
             return Err(Error::InvalidArgument {
                 reason: "max_turns must be at least 1".to_owned(),
             });
         }
-        Ok(())
+        if let Err(e) = check_metadata_depth(id, &self.metadata) {
+            json::dismantle_map(std::mem::take(&mut self.metadata));
+            return Err(e);
+        }
+        Ok(self)
     }
 
     fn persisted(&self) -> PersistedOptions {
@@ -255,6 +266,9 @@ pub struct Session<E> {
     transcript: Arc<Vec<Message>>,
     records: Arc<Vec<ToolCallRecord>>,
     usage: Arc<Vec<Usage>>,
+    /// `usage` summed; a completion whose usage would overflow it is refused, so every
+    /// snapshot of the session can be saved and loaded.
+    totals: UsageTotals,
     /// What the store holds of this session, so a save writes only what is new.
     provenance: Option<Provenance>,
     engine: E,
@@ -282,9 +296,10 @@ impl<E: Engine> Session<E> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `options.max_turns` is 0.
+    /// [`Error::InvalidArgument`] if `options.max_turns` is 0; [`Error::TooDeep`] if its
+    /// metadata nests more than 126 levels deep, which no stored session can hold.
     pub fn new(id: SessionId, engine: E, options: SessionOptions) -> Result<Self> {
-        options.validate()?;
+        let options = options.validate(&id)?;
         let now = Utc::now();
         Ok(Session {
             id,
@@ -295,6 +310,7 @@ impl<E: Engine> Session<E> {
             transcript: Arc::default(),
             records: Arc::default(),
             usage: Arc::default(),
+            totals: UsageTotals::default(),
             provenance: None,
             lineage: None,
             engine,
@@ -311,14 +327,15 @@ impl<E: Engine> Session<E> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `options.max_turns` is 0.
+    /// As [`new`](Self::new), for the options used.
     pub fn restore(
         snapshot: SessionSnapshot,
         engine: E,
         options: Option<SessionOptions>,
     ) -> Result<Self> {
-        let options = options.unwrap_or_else(|| SessionOptions::from_snapshot(&snapshot));
-        options.validate()?;
+        let options = options
+            .unwrap_or_else(|| SessionOptions::from_snapshot(&snapshot))
+            .validate(snapshot.id())?;
         let parts = snapshot.into_parts();
         Ok(Session {
             id: parts.id,
@@ -330,6 +347,7 @@ impl<E: Engine> Session<E> {
             transcript: parts.transcript,
             records: parts.tool_calls,
             usage: parts.usage,
+            totals: parts.totals,
             provenance: parts.provenance,
             engine,
         })
@@ -342,9 +360,13 @@ impl<E: Engine> Session<E> {
     ///
     /// [`Error::Engine`] if the engine fails or returns a message that would make the
     /// transcript inconsistent (not an assistant message, a tool result, or one tool-call
-    /// id twice); a refused message is not appended, but its usage is kept, because the
-    /// provider charged for it. Steps completed before the failure are kept. Tool failures are not
-    /// errors: they become error results the model sees.
+    /// id twice) or could not be stored (JSON in tool arguments or provider blocks nested
+    /// more than 125 levels deep); a refused message is not appended, but its usage is
+    /// kept, because the provider charged for it. A completion whose usage would overflow
+    /// the session's 64-bit totals is refused whole (usage too), so the session stays
+    /// savable. Steps completed before the failure are kept. Tool failures are not errors:
+    /// they become error results the model sees (so does a tool output nested too deep to
+    /// store).
     pub async fn send(&mut self, text: impl Into<String>) -> Result<TurnOutcome> {
         self.send_message(Message::user(text)).await
     }
@@ -355,7 +377,8 @@ impl<E: Engine> Session<E> {
     /// # Errors
     ///
     /// As [`send`](Self::send); also [`Error::InvalidArgument`] if `message` has
-    /// [`Role::Tool`] or contains a tool call or tool result (the loop adds those itself).
+    /// [`Role::Tool`] or contains a tool call or tool result (the loop adds those itself),
+    /// and [`Error::TooDeep`] if it nests more than 125 levels deep.
     /// Any other role is accepted (a user message, a mid-conversation system message, an
     /// assistant prefill); not every provider accepts every sequence of roles.
     pub async fn send_message(&mut self, message: Message) -> Result<TurnOutcome> {
@@ -422,17 +445,7 @@ impl<E: Engine> Session<E> {
         message: Message,
         mut checkpoint: Option<&mut Checkpoint<'_>>,
     ) -> Result<TurnOutcome> {
-        if message.role == Role::Tool
-            || message
-                .content
-                .iter()
-                .any(|b| matches!(b, ContentBlock::ToolCall(_) | ContentBlock::ToolResult(_)))
-        {
-            return Err(Error::InvalidArgument {
-                reason: "a message sent to a session cannot be a tool message or contain tool calls or tool results: the loop adds those itself"
-                    .to_owned(),
-            });
-        }
+        let message = self.check_sent(message)?;
         let tools = self.options.tools.clone();
         let definitions: Vec<ToolDefinition> =
             tools.as_ref().map(|t| t.definitions()).unwrap_or_default();
@@ -464,14 +477,10 @@ impl<E: Engine> Session<E> {
                     id: s.id.clone(),
                     source,
                 })?;
-            // The provider charged for the completion even if its message is refused, so
-            // its usage is kept either way: cost must never be under-reported.
-            Arc::make_mut(&mut s.usage).push(completion.usage);
+            let message = s.accept(completion)?;
             outcome.completions += 1;
-            s.check_completion(&completion.message)?;
             let message_index = s.transcript.len();
-            turn.pending = completion
-                .message
+            turn.pending = message
                 .content
                 .iter()
                 .enumerate()
@@ -486,8 +495,8 @@ impl<E: Engine> Session<E> {
                     _ => None,
                 })
                 .collect();
-            let text = completion.message.text();
-            turn.session.push(completion.message);
+            let text = message.text();
+            turn.session.push(message);
             if turn.pending.is_empty() {
                 outcome.stop = StopReason::Finished;
                 outcome.reply = Some(text);
@@ -517,17 +526,28 @@ impl<E> Session<E> {
     /// snapshot never holds a half-finished turn.
     #[must_use]
     pub fn snapshot(&self) -> SessionSnapshot {
+        let metadata_too_deep = Some(json::map_depth(&self.options.metadata))
+            .filter(|&depth| depth > json::MAX_METADATA_DEPTH);
         SessionSnapshot::from_session_parts(SnapshotParts {
             id: self.id.clone(),
             revision: self.revision,
             created_at: self.created_at,
             updated_at: self.updated_at,
             options: self.options.persisted(),
-            metadata: self.options.metadata.clone(),
+            // Metadata set through `metadata_mut` is checked here, before anything copies
+            // or walks it recursively: too deep, it is left out and the snapshot refuses
+            // to be encoded (so every save says so, and the session can be fixed).
+            metadata: if metadata_too_deep.is_some() {
+                Map::new()
+            } else {
+                self.options.metadata.clone()
+            },
+            metadata_too_deep,
             lineage: self.lineage.clone(),
             transcript: Arc::clone(&self.transcript),
             tool_calls: Arc::clone(&self.records),
             usage: Arc::clone(&self.usage),
+            totals: self.totals,
             provenance: self.provenance.clone(),
         })
     }
@@ -630,6 +650,8 @@ impl<E> Session<E> {
             || stored.stored != self.counts()
             || stored.updated_at != self.updated_at
             || *stored.options != self.options.persisted()
+            // Compared only once known to be shallow: comparing recurses.
+            || json::map_depth(&self.options.metadata) > json::MAX_METADATA_DEPTH
             || *stored.metadata != self.options.metadata
     }
 
@@ -698,6 +720,10 @@ impl<E> Session<E> {
     }
 
     /// Mutable access to the metadata; marks the session as updated.
+    ///
+    /// Metadata nested more than 126 levels deep (counting the metadata object) cannot be
+    /// stored: snapshots then leave it out, and every save fails with [`Error::TooDeep`]
+    /// until it is made shallower again.
     pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
         self.updated_at = Utc::now().max(self.updated_at);
         &mut self.options.metadata
@@ -727,10 +753,10 @@ impl<E> Session<E> {
         &self.usage
     }
 
-    /// Usage summed over all completions.
+    /// Usage summed over all completions (kept as completions are added).
     #[must_use]
     pub fn totals(&self) -> UsageTotals {
-        UsageTotals::sum(&self.usage)
+        self.totals
     }
 
     /// Model completions over the session's whole life, across resumes.
@@ -771,6 +797,64 @@ impl<E> Session<E> {
         self.push(Message::tool_result(result));
     }
 
+    /// Refuses a message the caller sends that the loop must add itself (tool messages,
+    /// calls and results) or that nests too deep to store.
+    fn check_sent(&self, message: Message) -> Result<Message> {
+        if message.role == Role::Tool
+            || message
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolCall(_) | ContentBlock::ToolResult(_)))
+        {
+            return Err(Error::InvalidArgument {
+                reason: "a message sent to a session cannot be a tool message or contain tool calls or tool results: the loop adds those itself"
+                    .to_owned(),
+            });
+        }
+        let depth = message_depth(&message);
+        if depth > json::MAX_MESSAGE_DEPTH {
+            dismantle_message(message);
+            return Err(Error::TooDeep {
+                id: self.id.clone(),
+                part: "the message sent".to_owned(),
+                depth,
+                limit: json::MAX_MESSAGE_DEPTH,
+            });
+        }
+        Ok(message)
+    }
+
+    /// Records a completion's usage and returns its message, if the session can take
+    /// them: usage a session could not sum (it would make every later save store what no
+    /// load accepts) refuses the whole completion, and a message the transcript cannot hold
+    /// is refused (its usage is kept: the provider charged for it, and cost must never be
+    /// under-reported).
+    fn accept(&mut self, completion: Completion) -> Result<Message> {
+        let Some(totals) = self.totals.checked_add(&completion.usage) else {
+            let usage = &completion.usage;
+            let source = format!(
+                "the engine reported usage ({} input and {} output tokens, {} nano-USD) that \
+                 would overflow the session's 64-bit totals; the completion was refused and \
+                 nothing of it was kept",
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cost.as_nano_usd()
+            );
+            dismantle_message(completion.message);
+            return Err(Error::Engine {
+                id: self.id.clone(),
+                source: source.into(),
+            });
+        };
+        Arc::make_mut(&mut self.usage).push(completion.usage);
+        self.totals = totals;
+        if let Err(e) = self.check_completion(&completion.message) {
+            dismantle_message(completion.message);
+            return Err(e);
+        }
+        Ok(completion.message)
+    }
+
     /// Refuses an engine message that would make the transcript inconsistent.
     fn check_completion(&self, message: &Message) -> Result<()> {
         let invalid = |problem: String| Error::Engine {
@@ -781,6 +865,13 @@ impl<E> Session<E> {
             return Err(invalid(format!(
                 "its role is {:?}, not Assistant",
                 message.role
+            )));
+        }
+        let depth = message_depth(message);
+        if depth > json::MAX_MESSAGE_DEPTH {
+            return Err(invalid(format!(
+                "it nests JSON {depth} levels deep (in tool arguments or provider blocks), more than the {} a stored session can read back",
+                json::MAX_MESSAGE_DEPTH
             )));
         }
         let mut seen = HashSet::new();
@@ -804,6 +895,19 @@ impl<E> Session<E> {
             }
         }
         Ok(())
+    }
+}
+
+/// The deepest a tool's output may nest: it is stored inside a tool-result block of a
+/// tool message (the message, its content, the block), so three levels less than a message.
+const MAX_OUTPUT_DEPTH: usize = json::MAX_MESSAGE_DEPTH - 3;
+
+/// How deep `output` nests as JSON: 0 for text, otherwise its array of blocks and what
+/// they hold (measured without recursion).
+fn output_depth(output: &ToolOutput) -> usize {
+    match output {
+        ToolOutput::Text(_) => 0,
+        ToolOutput::Blocks(blocks) => blocks_depth(blocks),
     }
 }
 
@@ -834,6 +938,19 @@ impl<E> Turn<'_, E> {
                 )),
             };
             let (result, status) = match result {
+                Ok(output) if output_depth(&output) > MAX_OUTPUT_DEPTH => {
+                    let depth = output_depth(&output);
+                    dismantle_output(output);
+                    (
+                        ToolResult::error(
+                            &pending.call.id,
+                            format!(
+                                "the tool's output nests JSON {depth} levels deep, more than the {MAX_OUTPUT_DEPTH} a stored session can read back, so it was not kept"
+                            ),
+                        ),
+                        ToolCallStatus::Error,
+                    )
+                }
                 Ok(output) => (
                     ToolResult::new(&pending.call.id, output),
                     ToolCallStatus::Ok,

@@ -14,7 +14,9 @@ use crate::lineage::{self, ForkAt, Lineage};
 use crate::migrate;
 use crate::redact::{self, Redactor};
 use crate::store::Revision;
-use crate::transcript::{ContentBlock, Message, Role, ToolCall, ToolResult};
+use crate::transcript::{
+    dismantle_message, message_depth, ContentBlock, Message, Role, ToolCall, ToolResult,
+};
 use crate::usage::{Usage, UsageTotals};
 
 /// The snapshot schema version this release writes. It reads every version from
@@ -195,12 +197,21 @@ pub struct SessionSnapshot {
     transcript: Arc<Vec<Message>>,
     tool_calls: Arc<Vec<ToolCallRecord>>,
     usage: Arc<Vec<Usage>>,
+    /// `usage` summed, checked not to overflow whenever usage is added: so summaries and
+    /// listings never sum the whole history, and no snapshot a store is given can hold
+    /// usage that a load would refuse. Derived from `usage`, so equality ignores it.
+    totals: UsageTotals,
     /// What this snapshot is known to share with a stored revision; not part of its value
     /// (equality ignores it) and never serialized.
     provenance: Option<Provenance>,
     /// The rules of the redactor last applied to this snapshot, if they are known
     /// ([`Redactor::rules_id`]).
     redacted_by: Option<u64>,
+    /// How deep the session's metadata nested when a snapshot was taken of it, if deeper
+    /// than a stored session can hold: the metadata is then left out (never copied) and
+    /// every encoding of the snapshot fails with [`Error::TooDeep`], so no store saves it
+    /// and nothing recurses through it.
+    metadata_too_deep: Option<usize>,
 }
 
 impl PartialEq for SessionSnapshot {
@@ -215,6 +226,7 @@ impl PartialEq for SessionSnapshot {
             && self.transcript == other.transcript
             && self.tool_calls == other.tool_calls
             && self.usage == other.usage
+            && self.metadata_too_deep == other.metadata_too_deep
     }
 }
 
@@ -489,7 +501,7 @@ impl SessionSnapshot {
     ///   duplicate keys, invalid ids, or nesting deeper than 127 levels;
     /// - [`Error::Inconsistent`] if the content contradicts itself (see the type docs).
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        let snapshot = Self::decode_unvalidated(bytes)?;
+        let mut snapshot = Self::decode_unvalidated(bytes)?;
         snapshot.validate()?;
         Ok(snapshot)
     }
@@ -514,8 +526,11 @@ impl SessionSnapshot {
             transcript: Arc::new(decoded.transcript),
             tool_calls: Arc::new(decoded.tool_calls),
             usage: Arc::new(decoded.usage),
+            // Summed (and checked) by `validate`, which every decoded snapshot goes through.
+            totals: UsageTotals::default(),
             provenance: None,
             redacted_by: None,
+            metadata_too_deep: None,
         })
     }
 
@@ -548,8 +563,9 @@ impl SessionSnapshot {
     ///
     /// # Errors
     ///
-    /// [`Error::TooDeep`] if metadata, tool arguments or provider blocks nest so deeply
-    /// that the snapshot could not be decoded again (more than 127 levels in all).
+    /// [`Error::TooDeep`] if the snapshot was taken of a session whose metadata nests too
+    /// deep to store ([`Session::metadata_mut`](crate::Session::metadata_mut)); every other
+    /// way into a snapshot refuses such values where they enter.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         self.to_json_with_revision(self.revision)
     }
@@ -565,6 +581,9 @@ impl SessionSnapshot {
             id: self.id.clone(),
             source,
         };
+        if let Some(depth) = self.metadata_too_deep {
+            return Err(self.too_deep("metadata", depth, json::MAX_METADATA_DEPTH));
+        }
         // Written part by part (the same bytes as one derived encoding), so the transcript,
         // most of the bytes, can be encoded on several threads.
         let transcript = encode_in_parallel(&self.transcript).map_err(failed)?;
@@ -594,13 +613,11 @@ impl SessionSnapshot {
         out.push(b'}');
         // Never write what could not be read back: the decoder has a nesting limit. The
         // lists sit one level inside the top-level object.
+        // Every value entering a snapshot is checked, so this holds by construction; the
+        // measure is free while encoding, and keeps the promise should a check be missed.
         let depth = head.max(1 + transcript.depth.max(tool_calls).max(usage));
         if depth > json::MAX_JSON_DEPTH {
-            return Err(Error::TooDeep {
-                id: self.id.clone(),
-                depth,
-                limit: json::MAX_JSON_DEPTH,
-            });
+            return Err(self.too_deep("the snapshot", depth, json::MAX_JSON_DEPTH));
         }
         Ok(out)
     }
@@ -736,9 +753,12 @@ impl SessionSnapshot {
                     .collect(),
             ),
             usage: Arc::default(),
+            totals: UsageTotals::default(),
             provenance: None,
             redacted_by: None,
+            metadata_too_deep: None,
         };
+        let mut fork = fork;
         fork.validate()?;
         Ok(fork)
     }
@@ -813,6 +833,10 @@ impl SessionSnapshot {
     /// stored at `revision`: `None` without provenance, or if the snapshot no longer has
     /// the elements it claims to keep.
     pub(crate) fn change_since_stored(&self, revision: Revision) -> Option<Change> {
+        // Left out metadata is no change: the whole encoding, which refuses it, decides.
+        if self.metadata_too_deep.is_some() {
+            return None;
+        }
         let provenance = self.provenance.as_ref()?;
         let kept = provenance.kept;
         if !kept.within(provenance.stored) || !kept.within(self.counts()) {
@@ -880,7 +904,8 @@ impl SessionSnapshot {
     ///
     /// [`Error::Inconsistent`] if a new tool call has no result among the new messages, a
     /// new result answers no new call, `updated_at` is before the creation time, or usage
-    /// totals would overflow.
+    /// totals would overflow; [`Error::TooDeep`] if a new message nests more than 125
+    /// levels deep.
     ///
     /// # Examples
     ///
@@ -910,6 +935,10 @@ impl SessionSnapshot {
         updated_at: DateTime<Utc>,
     ) -> Result<Self> {
         let offset = self.transcript.len();
+        if let Err(e) = check_depths(&self.id, offset, &messages, None) {
+            messages.into_iter().for_each(dismantle_message);
+            return Err(e);
+        }
         for (i, message) in messages.iter().enumerate() {
             check_role_alias(offset + i, message)?;
         }
@@ -941,22 +970,23 @@ impl SessionSnapshot {
                 self.created_at
             )));
         }
-        Arc::make_mut(&mut self.usage).extend(usage);
-        if UsageTotals::checked_sum(&self.usage).is_none() {
+        let Some(totals) = self.totals.checked_extend(&usage) else {
             return Err(Error::inconsistent(
                 "usage totals overflow a 64-bit counter",
             ));
-        }
+        };
+        self.totals = totals;
+        Arc::make_mut(&mut self.usage).extend(usage);
         Arc::make_mut(&mut self.transcript).extend(messages);
         Arc::make_mut(&mut self.tool_calls).extend(records);
         self.updated_at = updated_at;
         Ok(self)
     }
 
-    /// Usage summed over all completions.
+    /// Usage summed over all completions (kept as usage is added, so this costs nothing).
     #[must_use]
     pub fn totals(&self) -> UsageTotals {
-        UsageTotals::sum(&self.usage)
+        self.totals
     }
 
     /// The tool call a record refers to; `None` only for a record from another snapshot.
@@ -1051,8 +1081,17 @@ impl SessionSnapshot {
         Some(title)
     }
 
-    /// Checks every invariant described on the type.
-    pub(crate) fn validate(&self) -> Result<()> {
+    fn too_deep(&self, part: &str, depth: usize, limit: usize) -> Error {
+        Error::TooDeep {
+            id: self.id.clone(),
+            part: part.to_owned(),
+            depth,
+            limit,
+        }
+    }
+
+    /// Checks every invariant described on the type, and sums the usage.
+    pub(crate) fn validate(&mut self) -> Result<()> {
         if let Some(lineage) = &self.lineage {
             if lineage.parent == self.id {
                 return Err(Error::inconsistent(format!(
@@ -1075,11 +1114,8 @@ impl SessionSnapshot {
         for (m, message) in self.transcript.iter().enumerate() {
             check_role_alias(m, message)?;
         }
-        if UsageTotals::checked_sum(&self.usage).is_none() {
-            return Err(Error::inconsistent(
-                "usage totals overflow a 64-bit counter",
-            ));
-        }
+        self.totals = UsageTotals::checked_sum(&self.usage)
+            .ok_or_else(|| Error::inconsistent("usage totals overflow a 64-bit counter"))?;
         let pairs = pair_tool_calls(&self.transcript)?;
         if pairs.len() != self.tool_calls.len() {
             return Err(Error::inconsistent(format!(
@@ -1123,14 +1159,20 @@ impl SessionSnapshot {
             transcript: parts.transcript,
             tool_calls: parts.tool_calls,
             usage: parts.usage,
+            totals: parts.totals,
             provenance: parts.provenance,
             redacted_by: None,
+            metadata_too_deep: parts.metadata_too_deep,
         };
-        debug_assert!(
-            snapshot.validate().is_ok(),
-            "an idle session produced an inconsistent snapshot: {:?}",
-            snapshot.validate()
-        );
+        #[cfg(debug_assertions)]
+        if snapshot.metadata_too_deep.is_none() {
+            let mut checked = snapshot.clone();
+            let valid = checked.validate();
+            assert!(
+                valid.is_ok() && checked.totals == snapshot.totals,
+                "an idle session produced an inconsistent snapshot: {valid:?}"
+            );
+        }
         snapshot
     }
 
@@ -1147,7 +1189,9 @@ impl SessionSnapshot {
             transcript: self.transcript,
             tool_calls: self.tool_calls,
             usage: self.usage,
+            totals: self.totals,
             provenance: self.provenance,
+            metadata_too_deep: None,
         }
     }
 }
@@ -1164,7 +1208,10 @@ pub(crate) struct SnapshotParts {
     pub(crate) transcript: Arc<Vec<Message>>,
     pub(crate) tool_calls: Arc<Vec<ToolCallRecord>>,
     pub(crate) usage: Arc<Vec<Usage>>,
+    pub(crate) totals: UsageTotals,
     pub(crate) provenance: Option<Provenance>,
+    /// See [`SessionSnapshot`]'s field of the same name; always `None` from a snapshot.
+    pub(crate) metadata_too_deep: Option<usize>,
 }
 
 /// The header as this crate's encoder writes it: `{"schema_version":V,"id":"ID",
@@ -1281,6 +1328,45 @@ fn unsupported(found: u64) -> Error {
         found,
         supported: SCHEMA_VERSION,
     }
+}
+
+/// Refuses messages (numbered from `first`) or metadata that nest deeper than a stored
+/// session can hold ([`Error::TooDeep`]), measured without recursion.
+pub(crate) fn check_depths(
+    id: &SessionId,
+    first: usize,
+    messages: &[Message],
+    metadata: Option<&Map<String, Value>>,
+) -> Result<()> {
+    for (i, message) in messages.iter().enumerate() {
+        let depth = message_depth(message);
+        if depth > json::MAX_MESSAGE_DEPTH {
+            return Err(Error::TooDeep {
+                id: id.clone(),
+                part: format!("message {}", first + i),
+                depth,
+                limit: json::MAX_MESSAGE_DEPTH,
+            });
+        }
+    }
+    if let Some(metadata) = metadata {
+        check_metadata_depth(id, metadata)?;
+    }
+    Ok(())
+}
+
+/// Refuses metadata that nests deeper than a stored session can hold.
+pub(crate) fn check_metadata_depth(id: &SessionId, metadata: &Map<String, Value>) -> Result<()> {
+    let depth = json::map_depth(metadata);
+    if depth > json::MAX_METADATA_DEPTH {
+        return Err(Error::TooDeep {
+            id: id.clone(),
+            part: "metadata".to_owned(),
+            depth,
+            limit: json::MAX_METADATA_DEPTH,
+        });
+    }
+    Ok(())
 }
 
 /// Refuses a role alias on message `m` other than the one a codec records ("developer" on
@@ -1484,8 +1570,15 @@ impl SnapshotBuilder {
     /// # Errors
     ///
     /// [`Error::Inconsistent`] if a tool call has no result (or two), a result answers no
-    /// call, `max_turns` is zero, or timestamps or usage totals are out of range.
+    /// call, `max_turns` is zero, or timestamps or usage totals are out of range;
+    /// [`Error::TooDeep`] if a message nests more than 125 levels deep or the metadata more
+    /// than 126 (a stored session could not be read back).
     pub fn build(self) -> Result<SessionSnapshot> {
+        if let Err(e) = check_depths(&self.id, 0, &self.transcript, Some(&self.metadata)) {
+            self.transcript.into_iter().for_each(dismantle_message);
+            json::dismantle_map(self.metadata);
+            return Err(e);
+        }
         let tool_calls = pair_tool_calls(&self.transcript)?
             .into_iter()
             .map(|pair| {
@@ -1514,9 +1607,12 @@ impl SnapshotBuilder {
             transcript: Arc::new(self.transcript),
             tool_calls: Arc::new(tool_calls),
             usage: Arc::new(self.usage),
+            totals: UsageTotals::default(),
             provenance: None,
             redacted_by: None,
+            metadata_too_deep: None,
         };
+        let mut snapshot = snapshot;
         snapshot.validate()?;
         Ok(snapshot)
     }
@@ -1690,14 +1786,26 @@ mod tests {
         for i in 0..PARALLEL_MESSAGES {
             transcript.push(Message::user(format!("q{i}")));
         }
-        transcript.push(Message::assistant(vec![ContentBlock::ToolCall(
-            ToolCall::new("deep", "f", deep),
-        )]));
-        transcript.push(Message::tool_result(ToolResult::new("deep", "ok")));
-        let snapshot = SessionSnapshot::builder(id(), "m")
+        let deep_call = Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+            "deep", "f", deep,
+        ))]);
+        let answer = Message::tool_result(ToolResult::new("deep", "ok"));
+        // The builder refuses it (so no snapshot ever holds it); the encoder's own check,
+        // which keeps the promise should an entry check be missed, is tested by putting it
+        // in behind the builder's back.
+        let mut refused = transcript.clone();
+        refused.extend([deep_call.clone(), answer.clone()]);
+        assert!(matches!(
+            SessionSnapshot::builder(id(), "m")
+                .transcript(refused)
+                .build(),
+            Err(Error::TooDeep { .. })
+        ));
+        let mut snapshot = SessionSnapshot::builder(id(), "m")
             .transcript(transcript)
             .build()
             .unwrap();
+        Arc::make_mut(&mut snapshot.transcript).extend([deep_call, answer]);
         let whole = serde_json::to_vec(&Encoded {
             schema_version: SCHEMA_VERSION,
             id: &snapshot.id,

@@ -269,16 +269,30 @@ impl UsageTotals {
 
     /// Like [`UsageTotals::sum`], but `None` if any total overflows.
     pub(crate) fn checked_sum(records: &[Usage]) -> Option<Self> {
-        records.iter().try_fold(UsageTotals::default(), |t, u| {
-            Some(UsageTotals {
-                completions: t.completions + 1,
-                input_tokens: t.input_tokens.checked_add(u.input_tokens)?,
-                output_tokens: t.output_tokens.checked_add(u.output_tokens)?,
-                cache_read_tokens: t.cache_read_tokens.checked_add(u.cache_read_tokens)?,
-                cache_write_tokens: t.cache_write_tokens.checked_add(u.cache_write_tokens)?,
-                cost: t.cost.checked_add(u.cost)?,
-            })
+        records
+            .iter()
+            .try_fold(UsageTotals::default(), UsageTotals::checked_add)
+    }
+
+    /// These totals with `usage` added, or `None` if any total would overflow.
+    pub(crate) fn checked_add(self, usage: &Usage) -> Option<Self> {
+        Some(UsageTotals {
+            completions: self.completions.checked_add(1)?,
+            input_tokens: self.input_tokens.checked_add(usage.input_tokens)?,
+            output_tokens: self.output_tokens.checked_add(usage.output_tokens)?,
+            cache_read_tokens: self
+                .cache_read_tokens
+                .checked_add(usage.cache_read_tokens)?,
+            cache_write_tokens: self
+                .cache_write_tokens
+                .checked_add(usage.cache_write_tokens)?,
+            cost: self.cost.checked_add(usage.cost)?,
         })
+    }
+
+    /// These totals with every entry of `usage` added, or `None` on overflow.
+    pub(crate) fn checked_extend(self, usage: &[Usage]) -> Option<Self> {
+        usage.iter().try_fold(self, UsageTotals::checked_add)
     }
 }
 

@@ -148,6 +148,7 @@ pub(crate) fn encode_record(id: &SessionId, change: &Change) -> Result<Vec<u8>> 
     if depth > json::MAX_JSON_DEPTH {
         return Err(Error::TooDeep {
             id: id.clone(),
+            part: "the journal record".to_owned(),
             depth,
             limit: json::MAX_JSON_DEPTH,
         });

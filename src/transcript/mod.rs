@@ -7,13 +7,16 @@
 //! list, `null` versus absent) needed to give the provider back exactly what it sent.
 
 mod anthropic;
+mod depth;
 mod openai;
+
+pub(crate) use depth::{blocks_depth, dismantle_message, dismantle_output, message_depth};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::json::strict;
+use crate::json::{self, strict};
 
 /// Who wrote a message.
 ///
@@ -163,10 +166,12 @@ impl Message {
     ///
     /// # Errors
     ///
-    /// [`Error::Conversion`] if `message` is not an object, has an unknown role, or has
-    /// `tool_calls` / `tool_call_id` of the wrong shape.
+    /// [`Error::Conversion`] if `message` is not an object, has an unknown role, has
+    /// `tool_calls` / `tool_call_id` of the wrong shape, or nests deeper than a stored
+    /// session can hold (125 levels for the message as stored).
     pub fn from_openai_chat(message: &Value) -> Result<Self> {
-        openai::decode(message)
+        check_wire_depth("openai-chat", message)?;
+        checked_depth("openai-chat", openai::decode(message)?)
     }
 
     /// Converts back to OpenAI Chat Completions form. A message that came from
@@ -176,8 +181,9 @@ impl Message {
     ///
     /// [`Error::Conversion`] if the message cannot be expressed in that form, such as a
     /// [`Role::Tool`] message without exactly one tool result, or a tool result in a
-    /// non-tool message.
+    /// non-tool message; or if it nests deeper than a stored session can hold.
     pub fn to_openai_chat(&self) -> Result<Value> {
+        checked_depth("openai-chat", self)?;
         openai::encode(self)
     }
 
@@ -189,9 +195,11 @@ impl Message {
     /// # Errors
     ///
     /// [`Error::Conversion`] if `message` is not an object, has a role other than `user` or
-    /// `assistant`, or has a `tool_use` / `tool_result` block of the wrong shape.
+    /// `assistant`, has a `tool_use` / `tool_result` block of the wrong shape, or nests
+    /// deeper than a stored session can hold (125 levels for the message as stored).
     pub fn from_anthropic(message: &Value) -> Result<Self> {
-        anthropic::decode(message)
+        check_wire_depth("anthropic", message)?;
+        checked_depth("anthropic", anthropic::decode(message)?)
     }
 
     /// Converts back to Anthropic Messages form. A message that came from
@@ -200,8 +208,9 @@ impl Message {
     /// # Errors
     ///
     /// [`Error::Conversion`] if the message cannot be expressed in that form (a system
-    /// message).
+    /// message), or nests deeper than a stored session can hold.
     pub fn to_anthropic(&self) -> Result<Value> {
+        checked_depth("anthropic", self)?;
         anthropic::encode(self)
     }
 }
@@ -648,6 +657,42 @@ impl ToolResultWire {
     fn is_default(&self) -> bool {
         *self == ToolResultWire::default()
     }
+}
+
+/// How much deeper than the message it becomes a provider's message may nest: provider
+/// shapes wrap blocks a level or two differently. A value deeper than this could not be
+/// stored anyway, and converting it (which copies it recursively) could overflow the stack.
+const WIRE_DEPTH_SLACK: usize = 8;
+
+/// Refuses a provider message nested far beyond what a stored session can hold, before
+/// anything copies it.
+fn check_wire_depth(provider: &'static str, message: &Value) -> Result<()> {
+    let depth = json::value_depth(message);
+    if depth > json::MAX_MESSAGE_DEPTH + WIRE_DEPTH_SLACK {
+        return Err(conversion(
+            provider,
+            format!(
+                "the message nests JSON {depth} levels deep, more than a stored session can read back ({} levels for a message)",
+                json::MAX_MESSAGE_DEPTH
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `message` if it nests no deeper than a stored session can hold.
+fn checked_depth<M: std::borrow::Borrow<Message>>(provider: &'static str, message: M) -> Result<M> {
+    let depth = message_depth(message.borrow());
+    if depth > json::MAX_MESSAGE_DEPTH {
+        return Err(conversion(
+            provider,
+            format!(
+                "the message nests JSON {depth} levels deep as stored, more than the {} a stored session can read back",
+                json::MAX_MESSAGE_DEPTH
+            ),
+        ));
+    }
+    Ok(message)
 }
 
 /// Takes a required string field out of a provider object.
