@@ -214,7 +214,9 @@ where
     }
 
     /// Saves the session (compare-and-swap on its revision) and records the new revision
-    /// in it. With a [redactor](HarnessBuilder::redactor), the stored copy is redacted.
+    /// in it. With a [redactor](HarnessBuilder::redactor), the stored copy is redacted. A
+    /// session with nothing new since it was loaded or saved is not written again by the
+    /// stores of this crate: its revision is returned (see [`SessionStore`]'s contract).
     ///
     /// # Errors
     ///

@@ -808,6 +808,22 @@ impl SessionSnapshot {
         self.provenance.as_ref()
     }
 
+    /// Whether this snapshot is known to be exactly what is stored at its revision (loaded,
+    /// or saved by a session, and not changed since): saving it would change nothing. A
+    /// store still checks that the stored revision, creation and update times are the ones
+    /// the snapshot knows before taking this for a no-op.
+    pub(crate) fn is_unchanged_since_stored(&self) -> bool {
+        self.metadata_too_deep.is_none()
+            && self.provenance.as_ref().is_some_and(|p| {
+                p.revision == self.revision
+                    && p.kept == p.stored
+                    && p.stored == self.counts()
+                    && p.updated_at == self.updated_at
+                    && *p.options == self.options
+                    && *p.metadata == self.metadata
+            })
+    }
+
     /// Records that this snapshot is exactly what is stored at `revision` (a store calls
     /// this on what it loads).
     pub(crate) fn mark_stored(&mut self, revision: Revision) {

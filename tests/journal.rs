@@ -1261,6 +1261,34 @@ fn fifo_journal_is_refused_without_hanging() {
         .is_fifo());
 }
 
+/// Issue 12, item 13: an unchanged save appended an empty journal record and moved the
+/// revision; now it writes nothing at all, through the store or a harness.
+#[test]
+fn an_unchanged_save_writes_nothing() {
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let id = sid("unchanged");
+    save(&store, built(&id, 1, SMALL));
+    append_turn(&store, &id, 1, SMALL);
+    let before = dir_contents(&dir);
+    let loaded = store.load(&id).expect("load");
+    assert_eq!(store.save(&loaded).expect("save"), loaded.revision());
+    assert_eq!(open(&dir).save(&loaded).expect("save"), loaded.revision());
+    assert_eq!(dir_contents(&dir), before, "nothing was written");
+
+    let harness = Harness::builder(open(&dir), || {
+        ToolThenAnswerEngine::new(RequestLog::default())
+    })
+    .build();
+    let mut session = harness.resume_session(&id, None).expect("resume");
+    assert!(!session.has_unsaved_changes());
+    assert_eq!(
+        harness.save_session(&mut session).expect("save"),
+        loaded.revision()
+    );
+    assert_eq!(dir_contents(&dir), before, "nothing was written");
+}
+
 /// Puts something in place of a journal path.
 type Planter = Box<dyn Fn(&Path)>;
 

@@ -415,6 +415,18 @@ fn nesting_past_the_depth_limit_is_malformed_without_overflowing_the_stack() {
     }
 }
 
+/// An engine never asked for anything.
+struct NoEngine;
+
+impl agent_session::Engine for NoEngine {
+    async fn complete(
+        &mut self,
+        _: agent_session::CompletionRequest<'_>,
+    ) -> Result<agent_session::Completion, agent_session::BoxError> {
+        Err("not used".into())
+    }
+}
+
 /// A snapshot that nests deeper than the decoder's limit must never be written: the
 /// session would be saved but could not be loaded again.
 #[test]
@@ -433,14 +445,27 @@ fn snapshot_too_deep_to_read_back_is_refused_at_save_and_nothing_changes() {
     let path = store.path_of(shallow.id());
     let before = fs::read(&path).expect("read");
 
-    let deep = agent_session::SessionSnapshot::builder(shallow.id().clone(), "m")
+    // The builder refuses it (issue 12, item 8); a session whose metadata was made too deep
+    // through `metadata_mut` gives a snapshot that refuses to be encoded.
+    let err = agent_session::SessionSnapshot::builder(shallow.id().clone(), "m")
         .metadata_entry("deep", nested(200))
         .build()
-        .expect("building does not encode")
-        .with_revision(revision);
+        .expect_err("too deep to read back");
+    assert!(
+        matches!(err, Error::TooDeep { depth, limit: 126, .. } if depth > 126),
+        "{err:?}"
+    );
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let mut session =
+        agent_session::Session::restore(store.load(shallow.id()).expect("load"), NoEngine, None)
+            .expect("restore");
+    session
+        .metadata_mut()
+        .insert("deep".to_owned(), nested(200));
+    let deep = session.snapshot();
     let err = store.save(&deep).expect_err("too deep to read back");
     assert!(
-        matches!(err, Error::TooDeep { depth, limit: 127, .. } if depth > 127),
+        matches!(err, Error::TooDeep { depth, limit: 126, .. } if depth > 126),
         "{err:?}"
     );
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
@@ -465,11 +490,12 @@ fn snapshot_too_deep_to_read_back_is_refused_at_save_and_nothing_changes() {
     let fits = loop {
         let candidate = agent_session::SessionSnapshot::builder(shallow.id().clone(), "m")
             .metadata_entry("deep", nested(depth))
-            .build()
-            .expect("build")
-            .with_revision(revision);
-        match candidate.to_json() {
-            Ok(_) => depth += 1,
+            .build();
+        match candidate {
+            Ok(built) => {
+                built.to_json().expect("what builds encodes");
+                depth += 1;
+            }
             Err(_) => break depth - 1,
         }
     };

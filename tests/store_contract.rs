@@ -31,6 +31,7 @@ fn contract<S: SessionStore>(make: impl Fn() -> S) {
     list_is_newest_first_with_ties_by_id_descending(&make());
     pages_walk_the_listing_in_order_exactly_once(&make());
     concurrent_read_modify_write_loses_no_update(&make());
+    an_unchanged_snapshot_is_not_saved_again(&make());
     lifecycle::contract(&make);
 }
 
@@ -107,7 +108,11 @@ fn postgres_store_keeps_the_snapshot_bytes_exactly() {
             "the load's bytes"
         );
         assert_eq!(loaded, snapshot.clone().with_revision(revision));
-        snapshot = loaded;
+        // Decoded afresh, so the next save writes it whole (an unchanged loaded snapshot
+        // would not be written at all).
+        snapshot = SessionSnapshot::from_json(&loaded.to_json().expect("encode"))
+            .expect("decode")
+            .with_revision(revision);
     }
 }
 
@@ -153,6 +158,43 @@ fn save_then_load_round_trips_with_the_stored_revision<S: SessionStore>(store: &
     assert_eq!(
         store.load(now.id()).expect("load"),
         now.with_revision(revision)
+    );
+}
+
+/// Issue 12, item 13: a save of a snapshot that is exactly what is stored (loaded, not
+/// changed) moved the revision (and appended an empty journal record), so another writer
+/// holding that revision met a conflict over a change that never happened.
+fn an_unchanged_snapshot_is_not_saved_again<S: SessionStore>(store: &S) {
+    let snapshot = rich_snapshot("unchanged");
+    store.save(&snapshot).expect("create");
+    let loaded = store.load(snapshot.id()).expect("load");
+    let other = store
+        .load(snapshot.id())
+        .expect("another writer loads it too");
+    for _ in 0..3 {
+        assert_eq!(
+            store.save(&loaded).expect("an unchanged save"),
+            loaded.revision(),
+            "the revision does not move"
+        );
+    }
+    assert_eq!(
+        store.load(snapshot.id()).expect("load").revision(),
+        loaded.revision()
+    );
+    // The other writer's change at that revision goes through.
+    let changed = rebuild(&other)
+        .metadata_entry("edited", json!(true))
+        .build()
+        .expect("build")
+        .with_revision(other.revision());
+    let revision = store.save(&changed).expect("no spurious conflict");
+    assert_eq!(revision, other.revision().next());
+    // Now the unchanged snapshot is stale: saving it is a conflict, as any stale save is.
+    assert!(store.save(&loaded).expect_err("stale").is_conflict());
+    assert_eq!(
+        store.load(snapshot.id()).expect("load").metadata()["edited"],
+        json!(true)
     );
 }
 
@@ -443,9 +485,14 @@ fn list_is_newest_first_with_ties_by_id_descending<S: SessionStore>(store: &S) {
         store.save(snapshot).expect("save");
     }
     // A second save of one of them must not change its place (updated_at decides, not the
-    // time of saving).
+    // time of saving). Rebuilt, so it is written again: the loaded snapshot unchanged would
+    // not be.
     let reloaded = store.load(oldest.id()).expect("load");
-    store.save(&reloaded).expect("resave");
+    let rewritten = rebuild(&reloaded)
+        .build()
+        .expect("build")
+        .with_revision(reloaded.revision());
+    store.save(&rewritten).expect("resave");
 
     let listing = store.list().expect("list");
     assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);

@@ -1441,6 +1441,11 @@ impl SessionStore for FileSessionStore {
     /// the journal is opened with `O_NOFOLLOW` and checked like a snapshot.
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let id = snapshot.id();
+        if snapshot.is_unchanged_since_stored() {
+            if let Some(revision) = self.unchanged(snapshot)? {
+                return Ok(revision);
+            }
+        }
         let revision = snapshot.revision().next();
         // Encoding does not depend on what is stored, so it happens before taking the lock.
         let record = match snapshot.change_since_stored(revision) {
@@ -1633,6 +1638,28 @@ impl SessionStore for FileSessionStore {
 }
 
 impl FileSessionStore {
+    /// For a snapshot known to be what is stored at its revision: its revision, if the
+    /// store still holds exactly that state (same revision, creation and update times) in
+    /// files that need no repair, so saving it writes nothing; `Ok(None)` to save it as
+    /// usual; [`Error::Conflict`] if another writer moved the revision.
+    fn unchanged(&self, snapshot: &SessionSnapshot) -> Result<Option<Revision>> {
+        let id = snapshot.id();
+        let _lock = self.write_lock()?;
+        self.check_root()?;
+        // Verified (read whole if this store does not know it), so the update time is known.
+        let stored = self.stored_state(id, true)?;
+        check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
+        Ok(stored
+            .filter(|s| {
+                s.verified
+                    && s.created_at == snapshot.created_at()
+                    && s.updated_at == Some(snapshot.updated_at())
+                    // A base loosened by another program is rewritten private all the same.
+                    && s.base_private
+            })
+            .map(|s| s.revision))
+    }
+
     /// Whether session `id`'s archive marker is there. A directory in its place is not a
     /// marker this store wrote and cannot be removed by it: an error, not a state.
     fn is_archived(&self, id: &SessionId) -> Result<bool> {

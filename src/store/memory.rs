@@ -65,6 +65,14 @@ impl SessionStore for MemorySessionStore {
             snapshot.revision(),
             stored.map(|s| s.snapshot.revision()),
         )?;
+        // Exactly what is stored (loaded, or saved and not changed since): nothing to do.
+        if let Some(stored) = stored.filter(|s| {
+            snapshot.is_unchanged_since_stored()
+                && s.snapshot.created_at() == snapshot.created_at()
+                && s.snapshot.updated_at() == snapshot.updated_at()
+        }) {
+            return Ok(stored.snapshot.revision());
+        }
         let archived = stored.is_some_and(|s| s.archived);
         let revision = snapshot.revision().next();
         // Refuse what the file store would refuse (a snapshot too deep to read back), so

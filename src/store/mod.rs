@@ -351,7 +351,11 @@ impl SessionPage {
 /// - [`save`](Self::save) is compare-and-swap: it stores `snapshot` at
 ///   `snapshot.revision().next()` only if the stored revision is still
 ///   `snapshot.revision()` (or, for [`Revision::NEW`], if nothing is stored under that id),
-///   and fails with [`Error::Conflict`] otherwise, changing nothing.
+///   and fails with [`Error::Conflict`] otherwise, changing nothing. The stores of this
+///   crate write nothing for a snapshot that is exactly what is stored at its revision
+///   (loaded, or saved by a [`Session`](crate::Session), and unchanged since): they return
+///   that revision, so other writers holding it meet no conflict over a change that never
+///   happened.
 /// - [`load`](Self::load) returns the snapshot with its stored revision set
 ///   ([`SessionSnapshot::with_revision`]).
 /// - A failed call changes nothing that is stored, with exceptions a store must say in

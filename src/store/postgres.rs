@@ -12,8 +12,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use super::{
-    check_page_limit, check_unchanged, ListCursor, ListScope, Revision, SessionList, SessionPage,
-    SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_revision, check_unchanged, ListCursor, ListScope, Revision,
+    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
@@ -690,6 +690,56 @@ impl PostgresSessionStore {
         Ok(listed)
     }
 
+    /// For a snapshot known to be what is stored at its revision: its revision, if the
+    /// row still holds exactly that state (same revision, creation and update times), so
+    /// saving it writes nothing; `Ok(None)` to save it as usual; [`Error::Conflict`] if
+    /// another writer moved the revision (or deleted the session).
+    fn unchanged(&self, snapshot: &SessionSnapshot) -> Result<Option<Revision>> {
+        let id = snapshot.id().clone();
+        let created = nanos(&id, snapshot.created_at())?;
+        let updated = nanos(&id, snapshot.updated_at())?;
+        let row = self.with_client(move |client, schema| async move {
+            client
+                .query_opt(
+                    &prepared(
+                        &client,
+                        &format!(
+                            "SELECT revision, created_ns, updated_ns FROM {schema}.sessions
+                             WHERE id = $1"
+                        ),
+                    )
+                    .await?,
+                    &[&id.as_str()],
+                )
+                .await
+                .map_err(|e| backend("read a session's revision", e))?
+                .map(|row| -> Result<(i64, i64, i64)> {
+                    let column = |e| backend("read a session's row", e);
+                    Ok((
+                        row.try_get(0).map_err(column)?,
+                        row.try_get(1).map_err(column)?,
+                        row.try_get(2).map_err(column)?,
+                    ))
+                })
+                .transpose()
+        })?;
+        let stored = row.map(|(revision, created_ns, updated_ns)| {
+            (
+                Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
+                created_ns,
+                updated_ns,
+            )
+        });
+        check_revision(
+            snapshot.id(),
+            snapshot.revision(),
+            stored.map(|(revision, ..)| revision),
+        )?;
+        Ok(stored
+            .filter(|&(_, created_ns, updated_ns)| created_ns == created && updated_ns == updated)
+            .map(|(revision, ..)| revision))
+    }
+
     /// Where a row is, by its raw key.
     fn location_of_key(&self, key: &str) -> Location {
         Location::Stored(format!(
@@ -701,6 +751,11 @@ impl PostgresSessionStore {
 
 impl SessionStore for PostgresSessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        if snapshot.is_unchanged_since_stored() {
+            if let Some(revision) = self.unchanged(snapshot)? {
+                return Ok(revision);
+            }
+        }
         let id = snapshot.id().clone();
         let expected = snapshot.revision();
         let revision = expected.next();
