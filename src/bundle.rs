@@ -176,8 +176,13 @@ impl Bundle {
             return Err(refuse(
                 None,
                 format!(
-                    "it is bundle format version {}, and this release reads version {BUNDLE_VERSION}: upgrade agent-session to import it",
-                    header.agent_session_bundle
+                    "it is bundle format version {}, and this release reads version {BUNDLE_VERSION}: {}",
+                    header.agent_session_bundle,
+                    if header.agent_session_bundle > u64::from(BUNDLE_VERSION) {
+                        "upgrade agent-session to import it"
+                    } else {
+                        "no release of agent-session writes that version, so the file is damaged or was written by another program"
+                    }
                 ),
                 None,
             ));

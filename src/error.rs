@@ -66,19 +66,33 @@ pub enum Error {
     },
 
     /// A stored snapshot (or a file store's journal) uses a format version this release
-    /// cannot read.
+    /// cannot read: a newer one (upgrade the crate), or one no release ever wrote (the
+    /// data is damaged or foreign).
     #[error(
-        "{} uses format version {found}, but this release reads versions up to {supported}: \
-         upgrade agent-session to read it",
-        DisplayLocation(location)
+        "{} uses format version {found}, but this release reads {}: {}",
+        DisplayLocation(location),
+        if oldest == supported {
+            format!("version {supported} only")
+        } else {
+            format!("versions {oldest} to {supported}")
+        },
+        if *found > u64::from(*supported) {
+            "upgrade agent-session to read it"
+        } else {
+            "no release of agent-session writes that version, so it is damaged or was written by another program"
+        }
     )]
     UnsupportedSchemaVersion {
         /// Where the snapshot came from.
         location: Location,
         /// The version found in the snapshot.
         found: u64,
-        /// The newest version this release reads (it reads every version from
-        /// [`OLDEST_SCHEMA_VERSION`](crate::OLDEST_SCHEMA_VERSION) up to this one).
+        /// The oldest version this release reads (for snapshots,
+        /// [`OLDEST_SCHEMA_VERSION`](crate::OLDEST_SCHEMA_VERSION)).
+        oldest: u32,
+        /// The newest version this release reads (for snapshots,
+        /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)); it reads every version from `oldest`
+        /// up to this one.
         supported: u32,
     },
 
@@ -125,7 +139,7 @@ pub enum Error {
     /// A snapshot file is larger than the store's limit.
     #[error(
         "{} is {size_bytes} bytes, over the store's limit of {limit_bytes} bytes: \
-         raise the limit with FileSessionStore::builder().max_snapshot_bytes(..) if it is genuine",
+         raise the store's max_snapshot_bytes setting (on its builder) if it is genuine",
         path.display()
     )]
     TooLarge {
@@ -270,7 +284,7 @@ pub enum Error {
 
     /// The store does not implement an optional operation of
     /// [`SessionStore`](crate::SessionStore) (such as archiving).
-    #[error("{store} cannot {operation}: implement it for this store, or use a store that can (FileSessionStore, MemorySessionStore)")]
+    #[error("{store} cannot {operation}: implement it for this store, or use a store that can")]
     Unsupported {
         /// The store's type.
         store: &'static str,
@@ -523,10 +537,12 @@ impl Error {
             Error::UnsupportedSchemaVersion {
                 location: Location::Bytes,
                 found,
+                oldest,
                 supported,
             } => Error::UnsupportedSchemaVersion {
                 location: location.clone(),
                 found,
+                oldest,
                 supported,
             },
             other => other,
@@ -537,6 +553,32 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 12, item 16: advice must fit the store the caller uses.
+    #[test]
+    fn messages_name_no_store_the_caller_is_not_using() {
+        let errors = [
+            Error::Unsupported {
+                store: "my_app::KvStore",
+                operation: "archive sessions",
+            },
+            Error::TooLarge {
+                path: PathBuf::from("sessions/row-7"),
+                size_bytes: 10,
+                limit_bytes: 1,
+            },
+        ];
+        for err in errors {
+            let text = err.to_string();
+            for store in [
+                "FileSessionStore",
+                "MemorySessionStore",
+                "PostgresSessionStore",
+            ] {
+                assert!(!text.contains(store), "{text}");
+            }
+        }
+    }
 
     #[test]
     fn messages_are_lowercase_without_trailing_period() {

@@ -27,8 +27,12 @@ use crate::usage::{Usage, UsageTotals};
 /// The turn limit used when none is given: model completions per [`Session::send`].
 pub const DEFAULT_MAX_TURNS: u32 = 16;
 
-/// The output of the error result that closes a tool call whose turn was cancelled.
-pub const INTERRUPTED_OUTPUT: &str = "interrupted: the turn was cancelled before this tool call returned a result; it was not run again";
+/// The output of the error result that closes a tool call whose result was never kept:
+/// its turn was cancelled (the `send` future dropped, a tool panicked), or the process
+/// stopped or the save of its result failed while a turn saved step by step
+/// ([`Session::send_message_with`]), whose placeholder this is. Nobody can tell whether
+/// the tool ran, so it says so.
+pub const INTERRUPTED_OUTPUT: &str = "interrupted: no result of this tool call was kept (the turn was cancelled, the process stopped, or saving the result failed, after the call was made); it may have run, and it was not run again";
 
 /// How a session runs.
 ///
@@ -390,12 +394,12 @@ impl<E: Engine> Session<E> {
     ///
     /// - before the tools of a step run, with the assistant message that requested them
     ///   and each call closed as interrupted ([`INTERRUPTED_OUTPUT`],
-    ///   [`ToolCallStatus::Interrupted`]): if the process dies while a tool runs, the
-    ///   session resumes with that call reported as interrupted
-    ///   ([`interrupted_tool_calls`](Self::interrupted_tool_calls)), never run again
-    ///   silently;
+    ///   [`ToolCallStatus::Interrupted`]): if the process dies while a tool runs, or the
+    ///   save of its result fails, the session resumes with that call reported as
+    ///   interrupted ([`interrupted_tool_calls`](Self::interrupted_tool_calls)), maybe run,
+    ///   never run again silently;
     /// - after every completed step (an assistant message and all its tool results), which
-    ///   replaces the interrupted placeholders with the real results.
+    ///   replaces the placeholders with the real results.
     ///
     /// With a [`FileSessionStore`](crate::FileSessionStore), each checkpoint appends only
     /// what changed since the last one. [`Harness::send`](crate::Harness::send) with

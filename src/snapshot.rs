@@ -1,6 +1,6 @@
 //! `SessionSnapshot`: the persisted state of a session, its JSON form, and its validation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -488,6 +488,7 @@ impl SessionSnapshot {
             lineage: None,
             transcript: Vec::new(),
             statuses: HashMap::new(),
+            interrupted_at: HashSet::new(),
             usage: Vec::new(),
         }
     }
@@ -957,6 +958,7 @@ impl SessionSnapshot {
         }
         for (i, message) in messages.iter().enumerate() {
             check_role_alias(offset + i, message)?;
+            check_block_roles(offset + i, message)?;
         }
         // Every call already here has its result, so new results can only answer new
         // calls: pairing the new messages alone checks them completely.
@@ -1129,6 +1131,7 @@ impl SessionSnapshot {
         }
         for (m, message) in self.transcript.iter().enumerate() {
             check_role_alias(m, message)?;
+            check_block_roles(m, message)?;
         }
         self.totals = UsageTotals::checked_sum(&self.usage)
             .ok_or_else(|| Error::inconsistent("usage totals overflow a 64-bit counter"))?;
@@ -1342,6 +1345,7 @@ fn unsupported(found: u64) -> Error {
     Error::UnsupportedSchemaVersion {
         location: Location::Bytes,
         found,
+        oldest: OLDEST_SCHEMA_VERSION,
         supported: SCHEMA_VERSION,
     }
 }
@@ -1397,6 +1401,32 @@ fn check_role_alias(m: usize, message: &Message) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Refuses tool blocks in messages of a role that no provider accepts them in: a tool call
+/// is made by the model (an assistant message), and a result comes back in a tool message
+/// (OpenAI) or a user message (Anthropic). The session loop never makes anything else.
+fn check_block_roles(m: usize, message: &Message) -> Result<()> {
+    for (b, block) in message.content.iter().enumerate() {
+        let refused = match block {
+            ContentBlock::ToolCall(call) if message.role != Role::Assistant => {
+                Some(("tool call", call.id.as_str(), "assistant"))
+            }
+            ContentBlock::ToolResult(result)
+                if !matches!(message.role, Role::Tool | Role::User) =>
+            {
+                Some(("tool result", result.call_id.as_str(), "tool or user"))
+            }
+            _ => None,
+        };
+        if let Some((what, id, allowed)) = refused {
+            return Err(Error::inconsistent(format!(
+                "message {m} has role {:?} but block {b} is a {what} ({id:?}), which only {allowed} messages may carry",
+                message.role
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn shift(at: BlockPosition, messages: usize) -> BlockPosition {
@@ -1519,6 +1549,7 @@ pub struct SnapshotBuilder {
     lineage: Option<Lineage>,
     transcript: Vec<Message>,
     statuses: HashMap<String, ToolCallStatus>,
+    interrupted_at: HashSet<BlockPosition>,
     usage: Vec<Usage>,
 }
 
@@ -1560,11 +1591,40 @@ impl SnapshotBuilder {
         self
     }
 
-    /// Marks the call with `call_id` as interrupted rather than failed. Its result must
-    /// have `is_error` set.
+    /// Marks every call with `call_id` as interrupted rather than failed. Their results
+    /// must have `is_error` set. Ids may repeat once the earlier call is answered (some
+    /// servers number calls per step): to name one call among several with the same id,
+    /// use [`interrupted_at`](Self::interrupted_at).
     pub fn interrupted(mut self, call_id: impl Into<String>) -> Self {
         self.statuses
             .insert(call_id.into(), ToolCallStatus::Interrupted);
+        self
+    }
+
+    /// Marks the call whose [`ToolCall`] block is at `call_at` as interrupted rather than
+    /// failed (see [`ToolCallRecord::call_at`]). Its result must have `is_error` set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{BlockPosition, ContentBlock, Message, SessionId, SessionSnapshot,
+    ///     ToolCall, ToolCallStatus, ToolResult};
+    /// use serde_json::json;
+    ///
+    /// let call = || Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new("call_0", "f", json!({})))]);
+    /// let snapshot = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+    ///     .transcript(vec![
+    ///         call(), Message::tool_result(ToolResult::error("call_0", "failed")),
+    ///         call(), Message::tool_result(ToolResult::error("call_0", "cut short")),
+    ///     ])
+    ///     .interrupted_at(BlockPosition { message: 2, block: 0 })
+    ///     .build()?;
+    /// let statuses: Vec<_> = snapshot.tool_calls().iter().map(|r| r.status).collect();
+    /// assert_eq!(statuses, [ToolCallStatus::Error, ToolCallStatus::Interrupted]);
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    pub fn interrupted_at(mut self, call_at: BlockPosition) -> Self {
+        self.interrupted_at.insert(call_at);
         self
     }
 
@@ -1598,10 +1658,14 @@ impl SnapshotBuilder {
         let tool_calls = pair_tool_calls(&self.transcript)?
             .into_iter()
             .map(|pair| {
-                let status = match self.statuses.get(&pair.call.id) {
-                    Some(status) => *status,
-                    None if pair.result.is_error => ToolCallStatus::Error,
-                    None => ToolCallStatus::Ok,
+                let status = if self.interrupted_at.contains(&pair.call_at) {
+                    ToolCallStatus::Interrupted
+                } else {
+                    match self.statuses.get(&pair.call.id) {
+                        Some(status) => *status,
+                        None if pair.result.is_error => ToolCallStatus::Error,
+                        None => ToolCallStatus::Ok,
+                    }
                 };
                 ToolCallRecord {
                     call_id: pair.call.id.clone(),

@@ -710,6 +710,30 @@ async fn failed_checkpoint_after_a_step_keeps_the_step_for_the_next_save() {
     );
 }
 
+/// Issue 12, item 16: a tool whose result could not be saved (the save after its step
+/// failed) was reported on resume as "cancelled before it returned", although it ran. The
+/// stored placeholder now says what is known: no result was kept, and it may have run.
+#[tokio::test]
+async fn a_tool_whose_result_could_not_be_saved_is_reported_as_maybe_run() {
+    let (tmp, _recorder, tools, _harness, session, err) = turn_with_failing_save(2).await;
+    assert!(is_injected(&err), "{err:?}");
+    assert_eq!(tools.executed(), ["call_1"], "the tool ran");
+    let id = session.id().clone();
+    drop(session);
+    // Another process resumes what was stored.
+    let resumed = open(&tmp.path().join("sessions")).load(&id).expect("load");
+    let record = resumed
+        .tool_calls()
+        .iter()
+        .find(|r| r.status == ToolCallStatus::Interrupted)
+        .expect("the call is reported interrupted");
+    let result = resumed.tool_result(record).expect("its result");
+    let text = result.output.as_text().expect("text");
+    assert!(text.contains("may have run"), "{text}");
+    assert!(text.contains("saving the result failed"), "{text}");
+    assert!(!text.contains("before this tool call returned"), "{text}");
+}
+
 #[tokio::test]
 async fn every_step_over_a_store_that_always_fails_loses_nothing_in_memory() {
     let (_tmp, dir) = store_dir();

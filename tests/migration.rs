@@ -134,6 +134,7 @@ fn schema_versions_0_3_and_u64_max_are_unsupported_and_name_the_version() {
                     location,
                     found,
                     supported,
+                    ..
                 } => {
                     assert_eq!(location, &Location::Bytes, "{what}");
                     assert_eq!(*found, version, "{what}");

@@ -703,6 +703,8 @@ mod postgres_store {
         assert!(matches!(err, Error::TooLarge { .. }), "{err:?}");
         let text = err.to_string();
         assert!(text.contains("4096") && text.contains("huge"), "{text}");
+        // Issue 12, item 16: the advice named the file store to users of this one.
+        assert!(!text.contains("FileSessionStore"), "{text}");
         assert!(store
             .load(huge.id())
             .expect_err("not stored")

@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use agent_session::{
     ContentBlock, Error, ErrorKind, FileSessionStore, ForkAt, ListScope, Location, Message,
-    Revision, SessionSnapshot, SessionStore, ToolCallStatus, Usage, OLDEST_SCHEMA_VERSION,
-    SCHEMA_VERSION,
+    Revision, SessionId, SessionSnapshot, SessionStore, ToolCall, ToolCallStatus, ToolResult,
+    Usage, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 use serde_json::{json, Value};
 
@@ -704,9 +704,11 @@ fn unknown_schema_versions_are_unsupported_and_name_the_version() {
                 Error::UnsupportedSchemaVersion {
                     location,
                     found,
+                    oldest,
                     supported,
                 } => {
                     assert_eq!(*found, version, "{what}");
+                    assert_eq!(*oldest, OLDEST_SCHEMA_VERSION);
                     assert_eq!(*supported, SCHEMA_VERSION);
                     assert_eq!(location, &Location::Bytes);
                 }
@@ -714,7 +716,24 @@ fn unknown_schema_versions_are_unsupported_and_name_the_version() {
             }
             let text = err.to_string();
             assert!(text.contains(&format!("version {version}")), "{text}");
-            assert!(text.contains("upgrade"), "{text}");
+            // It says which versions this release reads, and advice that fits: a newer
+            // version needs a newer release; an older one than any release wrote (issue 12,
+            // item 16: version 0 was told to upgrade) is damaged or foreign.
+            assert!(
+                text.contains(&format!(
+                    "versions {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}"
+                )),
+                "{text}"
+            );
+            if version > u64::from(SCHEMA_VERSION) {
+                assert!(text.contains("upgrade"), "{text}");
+            } else {
+                assert!(!text.contains("upgrade"), "{text}");
+                assert!(
+                    text.contains("no release of agent-session writes"),
+                    "{text}"
+                );
+            }
         }
     }
     // A newer version with nothing else recognisable still says "newer version".
@@ -859,6 +878,95 @@ fn snapshot_written_as_a_json_array_is_refused() {
     );
 }
 
+/// Issue 12, item 14: some servers number calls per response, so an id repeats across
+/// steps; the builder must let a caller mark one of them, and records pair by position.
+#[test]
+fn one_call_among_several_with_the_same_id_can_be_marked_interrupted() {
+    let call = || {
+        Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+            "call_0",
+            "f",
+            json!({}),
+        ))])
+    };
+    let snapshot = SessionSnapshot::builder(SessionId::parse("reused").expect("id"), "m")
+        .transcript(vec![
+            call(),
+            Message::tool_result(ToolResult::error("call_0", "failed")),
+            call(),
+            Message::tool_result(ToolResult::new("call_0", "fine")),
+            call(),
+            Message::tool_result(ToolResult::error("call_0", "cut short")),
+        ])
+        .interrupted_at(agent_session::BlockPosition {
+            message: 4,
+            block: 0,
+        })
+        .build()
+        .expect("build");
+    let statuses: Vec<_> = snapshot.tool_calls().iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            ToolCallStatus::Error,
+            ToolCallStatus::Ok,
+            ToolCallStatus::Interrupted
+        ]
+    );
+    // Each record leads to its own result.
+    let outputs: Vec<_> = snapshot
+        .tool_calls()
+        .iter()
+        .map(|r| {
+            snapshot
+                .tool_result(r)
+                .and_then(|result| result.output.as_text())
+                .expect("a text result")
+        })
+        .collect();
+    assert_eq!(outputs, ["failed", "fine", "cut short"]);
+    let back = SessionSnapshot::from_json(&snapshot.to_json().expect("encode")).expect("decode");
+    assert_eq!(back, snapshot);
+    // Marking one that succeeded is refused, as for `interrupted`.
+    assert!(
+        SessionSnapshot::builder(SessionId::parse("reused").expect("id"), "m")
+            .transcript(snapshot.transcript().to_vec())
+            .interrupted_at(agent_session::BlockPosition {
+                message: 2,
+                block: 0,
+            })
+            .build()
+            .is_err()
+    );
+}
+
+/// Issue 12, item 16: the builder refuses the roles a load refuses.
+#[test]
+fn the_builder_refuses_tool_blocks_in_roles_no_provider_accepts() {
+    let call = ContentBlock::ToolCall(ToolCall::new("c1", "f", json!({})));
+    let result = ContentBlock::ToolResult(ToolResult::new("c1", "x"));
+    for transcript in [
+        vec![
+            Message::new(agent_session::Role::User, vec![call.clone()]),
+            Message::tool_result(ToolResult::new("c1", "x")),
+        ],
+        vec![
+            Message::assistant(vec![call.clone()]),
+            Message::assistant(vec![result.clone()]),
+        ],
+        vec![
+            Message::new(agent_session::Role::System, vec![call.clone()]),
+            Message::new(agent_session::Role::User, vec![result.clone()]),
+        ],
+    ] {
+        let err = SessionSnapshot::builder(SessionId::parse("roles").expect("id"), "m")
+            .transcript(transcript)
+            .build()
+            .expect_err("refused");
+        assert!(err.to_string().contains("messages may carry"), "{err}");
+    }
+}
+
 #[test]
 fn inconsistent_content_is_refused_saying_what() {
     for (what, edit, says) in inconsistent_cases() {
@@ -895,6 +1003,22 @@ fn inconsistent_cases() -> Vec<(&'static str, Edit, &'static str)> {
             "result before its call",
             |v| swap(&mut v["transcript"], 1, 2),
             "which no earlier tool call has",
+        ),
+        // Issue 12, item 16: roles no provider accepts tool blocks in.
+        (
+            "a tool call in a user message",
+            |v| v["transcript"][1]["role"] = json!("user"),
+            "message 1 has role User but block 1 is a tool call (\"c1\")",
+        ),
+        (
+            "a tool call in a system message",
+            |v| v["transcript"][1]["role"] = json!("system"),
+            "which only assistant messages may carry",
+        ),
+        (
+            "a tool result in an assistant message",
+            |v| v["transcript"][2]["role"] = json!("assistant"),
+            "message 2 has role Assistant but block 0 is a tool result (\"c1\"), which only tool or user messages may carry",
         ),
         (
             "second result for one call",

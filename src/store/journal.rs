@@ -290,6 +290,7 @@ fn unsupported(found: u64) -> Error {
     Error::UnsupportedSchemaVersion {
         location: Location::Bytes,
         found,
+        oldest: JOURNAL_VERSION,
         supported: JOURNAL_VERSION,
     }
 }

@@ -528,6 +528,7 @@ impl PostgresSessionStore {
                     return Err(Error::UnsupportedSchemaVersion {
                         location: Location::Stored(format!("PostgreSQL schema {schema}")),
                         found: u64::try_from(version).unwrap_or(0),
+                        oldest: 1,
                         supported: u32::try_from(TABLES_VERSION).unwrap_or(0),
                     });
                 }
