@@ -349,6 +349,11 @@ pub struct Imported {
     pub id: SessionId,
     /// The revision it was stored at (1).
     pub revision: Revision,
+    /// Its creation and update times as the bundle had them, if either was later than
+    /// this machine's clock allows ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE);
+    /// the exporting machine's clock was ahead): such a time was set to the time of the
+    /// import, so the session does not stay first in every listing.
+    pub clamped_from: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// [`SessionStore::import`] for any store.
@@ -370,6 +375,7 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
     // Every copy is made and checked, and every target id looked up, before anything is
     // written: a refused import costs nothing.
     let mut copies = Vec::with_capacity(bundle.sessions.len());
+    let now = Utc::now();
     for snapshot in &bundle.sessions {
         let target = renames[snapshot.id()].clone();
         // A fork imported with its parent follows the parent to its new id.
@@ -386,17 +392,18 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
             });
         }
         let mut copy = snapshot.renamed(target.clone(), lineage);
+        let clamped_from = copy.clamp_future_times(now);
         copy.validate()?;
         match store.load(&target) {
             Err(e) if e.is_not_found() => {}
             Ok(_) => return Err(Error::AlreadyExists { id: target }),
             Err(e) => return Err(e),
         }
-        copies.push((snapshot.id(), copy));
+        copies.push((snapshot.id(), copy, clamped_from));
     }
     let mut imported: Vec<Imported> = Vec::with_capacity(copies.len());
     let mut written: Vec<SessionSummary> = Vec::with_capacity(copies.len());
-    for (from, copy) in copies {
+    for (from, copy, clamped_from) in copies {
         match store.save(&copy) {
             Ok(revision) => {
                 written.push(SessionSummary::of(&copy.clone().with_revision(revision)));
@@ -404,6 +411,7 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
                     from: from.clone(),
                     id: copy.id().clone(),
                     revision,
+                    clamped_from,
                 });
             }
             Err(e) => return Err(take_back(store, &written, already_exists(e))),

@@ -107,6 +107,7 @@
 compile_error!("agent-session supports Unix platforms (Linux and macOS): the file store relies on Unix permissions and O_NOFOLLOW");
 
 mod bundle;
+mod clock;
 mod engine;
 mod error;
 mod harness;
@@ -122,6 +123,7 @@ mod transcript;
 mod usage;
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
+pub use clock::CLOCK_SKEW_TOLERANCE;
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};

@@ -729,7 +729,7 @@ impl<E> Session<E> {
     /// stored: snapshots then leave it out, and every save fails with [`Error::TooDeep`]
     /// until it is made shallower again.
     pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
-        self.updated_at = Utc::now().max(self.updated_at);
+        self.touch();
         &mut self.options.metadata
     }
 
@@ -782,8 +782,15 @@ impl<E> Session<E> {
 
     fn push(&mut self, message: Message) {
         Arc::make_mut(&mut self.transcript).push(message);
-        // Never move backwards, even if the wall clock does.
-        self.updated_at = Utc::now().max(self.updated_at);
+        self.touch();
+    }
+
+    /// Records a change now. The time of the change, never before the creation time: not
+    /// the later of it and the previous stamp, so one stamp in the future (a clock that
+    /// was ahead) does not keep the session "updated" in the future for ever
+    /// (see [`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)).
+    fn touch(&mut self) {
+        self.updated_at = Utc::now().max(self.created_at);
     }
 
     fn push_result(&mut self, result: ToolResult, pending: &PendingCall, status: ToolCallStatus) {

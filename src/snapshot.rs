@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::clock;
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::{self, strict, Field, ObjectOnly, StrictValue};
@@ -764,6 +765,24 @@ impl SessionSnapshot {
         Ok(fork)
     }
 
+    /// Sets a creation or update time in the future (seen from `now`) to `now`, keeping
+    /// the update no earlier than the creation; returns the times as they were if it
+    /// changed them. For importing a session from a machine whose clock was ahead.
+    pub(crate) fn clamp_future_times(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let before = (self.created_at, self.updated_at);
+        if clock::is_in_the_future(self.created_at, now) {
+            self.created_at = now;
+        }
+        if clock::is_in_the_future(self.updated_at, now) {
+            self.updated_at = now;
+        }
+        self.updated_at = self.updated_at.max(self.created_at);
+        (before != (self.created_at, self.updated_at)).then_some(before)
+    }
+
     /// This snapshot as a new, never-saved session `id` (revision [`Revision::NEW`]), with
     /// the lineage given: for importing it under another id.
     pub(crate) fn renamed(&self, id: SessionId, lineage: Option<Lineage>) -> SessionSnapshot {
@@ -988,6 +1007,7 @@ impl SessionSnapshot {
                 self.created_at
             )));
         }
+        check_not_in_the_future(&self.id, "updated_at", updated_at, Utc::now())?;
         let Some(totals) = self.totals.checked_extend(&usage) else {
             return Err(Error::inconsistent(
                 "usage totals overflow a 64-bit counter",
@@ -1077,12 +1097,14 @@ impl SessionSnapshot {
     }
 
     /// A short title: the metadata's `"title"` string if set, otherwise the first line of
-    /// the first user message (cut to 80 characters and an ellipsis), otherwise `None`.
+    /// the first user message, otherwise `None`; either cut to 80 characters and an
+    /// ellipsis, so what listings hold of a session never depends on the size of its
+    /// content.
     #[must_use]
     pub fn title(&self) -> Option<String> {
         if let Some(Value::String(title)) = self.metadata.get("title") {
             if !title.trim().is_empty() {
-                return Some(title.trim().to_owned());
+                return Some(cut(title.trim(), TITLE_MAX_CHARS));
             }
         }
         let first_user = self
@@ -1092,11 +1114,7 @@ impl SessionSnapshot {
             .map(Message::text)
             .find(|t| !t.trim().is_empty())?;
         let line = first_user.trim().lines().next().unwrap_or_default().trim();
-        let mut title: String = line.chars().take(TITLE_MAX_CHARS).collect();
-        if line.chars().count() > TITLE_MAX_CHARS {
-            title.push('…');
-        }
-        Some(title)
+        Some(cut(line, TITLE_MAX_CHARS))
     }
 
     fn too_deep(&self, part: &str, depth: usize, limit: usize) -> Error {
@@ -1350,6 +1368,24 @@ fn unsupported(found: u64) -> Error {
     }
 }
 
+/// Refuses a time of session `id` later than this machine's clock allows
+/// ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)).
+fn check_not_in_the_future(
+    id: &SessionId,
+    field: &str,
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    if clock::is_in_the_future(at, now) {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "session {id}: {field} {at} is later than this machine's clock ({now}) allows; a time in the future would keep the session first in every listing, so correct it (or the clock)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Refuses messages (numbered from `first`) or metadata that nest deeper than a stored
 /// session can hold ([`Error::TooDeep`]), measured without recursion.
 pub(crate) fn check_depths(
@@ -1427,6 +1463,14 @@ fn check_block_roles(m: usize, message: &Message) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `text` cut to `max` characters, with an ellipsis if anything was cut.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 fn shift(at: BlockPosition, messages: usize) -> BlockPosition {
@@ -1650,6 +1694,13 @@ impl SnapshotBuilder {
     /// [`Error::TooDeep`] if a message nests more than 125 levels deep or the metadata more
     /// than 126 (a stored session could not be read back).
     pub fn build(self) -> Result<SessionSnapshot> {
+        let now = Utc::now();
+        for (field, at) in [
+            ("created_at", self.created_at),
+            ("updated_at", self.updated_at),
+        ] {
+            check_not_in_the_future(&self.id, field, at, now)?;
+        }
         if let Err(e) = check_depths(&self.id, 0, &self.transcript, Some(&self.metadata)) {
             self.transcript.into_iter().for_each(dismantle_message);
             json::dismantle_map(self.metadata);

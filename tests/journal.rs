@@ -1444,6 +1444,36 @@ fn list_reads_the_summary_and_reflects_every_append() {
     assert_eq!(listed(&store, alpha.id()), SessionSummary::of(&alpha));
 }
 
+/// Issue 12, item 10: a 100 KiB metadata title made every summary larger than a summary
+/// may be, so every listing read the whole transcript (and rewrote a 100 KB summary). A
+/// summary holds at most 80 characters of title and 256 of model name.
+#[test]
+fn a_long_title_or_model_is_cut_so_listings_still_come_from_the_summary() {
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let id = sid("long-title");
+    let snapshot = SessionSnapshot::builder(id.clone(), "m".repeat(100 * 1024))
+        .metadata_entry("title", json!("t".repeat(100 * 1024)))
+        .transcript(vec![Message::user("hello")])
+        .build()
+        .expect("build");
+    save(&store, snapshot);
+    let f = files(&dir, &id);
+    let bytes = fs::read(&f.summary).expect("summary");
+    assert!(bytes.len() < 2048, "a summary of {} bytes", bytes.len());
+    let summary = listed(&store, &id);
+    assert_eq!(
+        summary.title.as_deref().map(|t| t.chars().count()),
+        Some(81)
+    );
+    assert_eq!(summary.model.chars().count(), 257);
+    // The listing comes from the summary file (a forged one shows).
+    let mut value = frames(&bytes)[0].json();
+    value["title"] = json!("Forged title");
+    write_private(&f.summary, &frame(value.to_string().as_bytes()));
+    assert_eq!(listed(&store, &id).title.as_deref(), Some("Forged title"));
+}
+
 #[test]
 fn missing_garbled_or_stale_summary_falls_back_to_reading_the_session() {
     let (_tmp, dir) = store_dir();

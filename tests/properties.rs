@@ -263,15 +263,18 @@ fn turn_spec(max_calls: usize) -> impl Strategy<Value = TurnSpec> {
         )
 }
 
-/// A timestamp anywhere in chrono's range (sometimes a leap second), usually near now.
+/// A timestamp anywhere in chrono's range up to now (sometimes a leap second), usually in
+/// recent years. Not later: the builder refuses times later than this machine's clock
+/// allows (issue 12, item 3); that stored later times still decode is checked in
+/// `snapshot_decoding`.
 fn timestamp() -> impl Strategy<Value = DateTime<Utc>> {
     let min = DateTime::<Utc>::MIN_UTC.timestamp();
-    let max = DateTime::<Utc>::MAX_UTC.timestamp();
+    let now = Utc::now().timestamp();
     prop_oneof![
-        4 => (946_684_800i64..4_102_444_800, 0u32..1_000_000_000),
-        1 => (min..=max, 0u32..1_000_000_000),
+        4 => (946_684_800i64..now, 0u32..1_000_000_000),
+        1 => (min..now, 0u32..1_000_000_000),
         // A leap second: the second before a minute boundary, with nanos past 10^9.
-        1 => (0i64..4_102_444_800, 1_000_000_000u32..2_000_000_000)
+        1 => (0i64..now - 60, 1_000_000_000u32..2_000_000_000)
             .prop_map(|(s, n)| (s - s.rem_euclid(60) + 59, n)),
     ]
     .prop_filter_map("outside chrono's range", |(secs, nanos)| {

@@ -32,6 +32,7 @@ fn contract<S: SessionStore>(make: impl Fn() -> S) {
     pages_walk_the_listing_in_order_exactly_once(&make());
     concurrent_read_modify_write_loses_no_update(&make());
     an_unchanged_snapshot_is_not_saved_again(&make());
+    a_session_updated_in_the_future_is_never_latest_and_never_pruned(&make());
     lifecycle::contract(&make);
 }
 
@@ -196,6 +197,110 @@ fn an_unchanged_snapshot_is_not_saved_again<S: SessionStore>(store: &S) {
         store.load(snapshot.id()).expect("load").metadata()["edited"],
         json!(true)
     );
+}
+
+/// A snapshot as a store might hold it from before the clock rule, or from a machine whose
+/// clock was ahead: updated `ahead` after now (the builder refuses that, so it is decoded).
+fn updated_ahead(name: &str, ahead: chrono::Duration) -> SessionSnapshot {
+    let built = SessionSnapshot::builder(id(name), "m")
+        .transcript(vec![Message::user(name)])
+        .build()
+        .expect("build");
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&built.to_json().expect("encode")).expect("json");
+    value["updated_at"] = json!(chrono::Utc::now() + ahead);
+    SessionSnapshot::from_json(value.to_string().as_bytes()).expect("a stored future time loads")
+}
+
+/// Issue 12, item 3: `updated_at = now.max(previous)` kept a future stamp, so that session
+/// stayed "latest" for as long as the clock error: `--continue` picked it over the session
+/// just used, and `prune --max-count 1` deleted the one just used. The rule (see
+/// `CLOCK_SKEW_TOLERANCE`): such sessions are listed last, never pruned, and a change
+/// gives them the current time.
+fn a_session_updated_in_the_future_is_never_latest_and_never_pruned<S: SessionStore>(store: &S) {
+    let day = chrono::Duration::days(1);
+    let ahead = updated_ahead("clock-was-ahead", day);
+    let older = SessionSnapshot::builder(id("older"), "m")
+        .timestamps(at(0), at(10))
+        .build()
+        .expect("build");
+    let just_used = SessionSnapshot::builder(id("just-used"), "m")
+        .transcript(vec![Message::user("now")])
+        .build()
+        .expect("build");
+    for snapshot in [&ahead, &older, &just_used] {
+        store.save(snapshot).expect("save");
+    }
+    let names = |sessions: &[agent_session::SessionSummary]| -> Vec<String> {
+        sessions.iter().map(|s| s.id.to_string()).collect()
+    };
+    let listing = store.list().expect("list");
+    assert_eq!(
+        names(&listing.sessions),
+        ["just-used", "older", "clock-was-ahead"],
+        "a session updated in the future comes last"
+    );
+    assert!(listing.sessions[2].is_updated_in_the_future());
+    assert!(!listing.sessions[0].is_updated_in_the_future());
+    // Pages walk the same order, through the text form of their cursors.
+    let mut walked = Vec::new();
+    let mut cursor: Option<agent_session::ListCursor> = None;
+    loop {
+        let page = store.list_page(1, cursor.as_ref()).expect("page");
+        walked.extend(names(&page.sessions));
+        match page.next {
+            Some(next) => cursor = Some(next.to_string().parse().expect("cursor parses")),
+            None => break,
+        }
+    }
+    assert_eq!(walked, names(&listing.sessions));
+
+    // Prune keeps the newest, and cannot date the future one, so it never deletes it.
+    let report = store
+        .prune(&agent_session::PrunePolicy::new().max_count(1))
+        .expect("prune");
+    let pruned: Vec<String> = report
+        .pruned
+        .iter()
+        .map(|p| p.summary.id.to_string())
+        .collect();
+    assert_eq!(pruned, ["older"]);
+    assert_eq!(names(&report.in_the_future), ["clock-was-ahead"]);
+    let age = store
+        .prune(&agent_session::PrunePolicy::new().max_age(std::time::Duration::from_secs(1)))
+        .expect("prune by age");
+    assert!(age
+        .pruned
+        .iter()
+        .all(|p| p.summary.id.as_str() != "clock-was-ahead"));
+    store.load(ahead.id()).expect("still there");
+
+    // Changed again, it gets the current time and is listed as any other.
+    let loaded = store.load(ahead.id()).expect("load");
+    let mut session = agent_session::Session::restore(loaded, NoEngine, None).expect("restore");
+    session
+        .metadata_mut()
+        .insert("touched".to_owned(), json!(true));
+    assert!(session.updated_at() <= chrono::Utc::now());
+    store.save(&session.snapshot()).expect("save");
+    let first = store.list().expect("list").sessions[0].clone();
+    assert_eq!(first.id.as_str(), "clock-was-ahead");
+    assert!(!first.is_updated_in_the_future());
+    for name in ["clock-was-ahead", "just-used"] {
+        let _ = store.delete(&id(name));
+    }
+}
+
+/// An engine never asked for anything.
+struct NoEngine;
+
+impl agent_session::Engine for NoEngine {
+    async fn complete(
+        &mut self,
+        _: agent_session::CompletionRequest<'_>,
+    ) -> agent_session::Result<agent_session::Completion, agent_session::BoxError> {
+        Err("not used".into())
+    }
 }
 
 fn first_save_is_revision_one_and_each_save_increments<S: SessionStore>(store: &S) {

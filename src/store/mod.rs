@@ -21,6 +21,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::bundle::{self, Bundle, ImportIds, Imported};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::lineage::{ForkAt, Lineage};
@@ -81,6 +82,9 @@ impl fmt::Display for Revision {
     }
 }
 
+/// The longest model name a summary holds, in characters.
+const MAX_SUMMARY_MODEL_CHARS: usize = 256;
+
 /// What a listing shows of a stored session.
 ///
 /// # Examples
@@ -111,7 +115,8 @@ pub struct SessionSummary {
     pub title: Option<String>,
     /// How many messages its transcript has.
     pub message_count: usize,
-    /// The model it talks to.
+    /// The model it talks to (cut to 256 characters and an ellipsis, as the title is cut
+    /// to 80: what a summary holds never depends on the session's content).
     pub model: String,
     /// What it has cost so far.
     pub cost: Cost,
@@ -125,6 +130,16 @@ pub struct SessionSummary {
 }
 
 impl SessionSummary {
+    /// Whether the session was last updated later than this machine's clock allows
+    /// ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)): saved while a clock was
+    /// ahead, or imported before the crate clamped such times. Listings put such sessions
+    /// after every other, and prune never deletes them (their age is unknown); saving the
+    /// session again gives it the current time.
+    #[must_use]
+    pub fn is_updated_in_the_future(&self) -> bool {
+        clock::is_in_the_future(self.updated_at, Utc::now())
+    }
+
     /// The summary of `snapshot`.
     #[must_use]
     pub fn of(snapshot: &SessionSnapshot) -> Self {
@@ -135,7 +150,7 @@ impl SessionSummary {
             updated_at: snapshot.updated_at(),
             title: snapshot.title(),
             message_count: snapshot.transcript().len(),
-            model: snapshot.options().model.clone(),
+            model: crate::snapshot::cut(&snapshot.options().model, MAX_SUMMARY_MODEL_CHARS),
             cost: snapshot.totals().cost,
             lineage: snapshot.lineage().cloned(),
             archived: false,
@@ -179,6 +194,17 @@ impl ListScope {
     }
 }
 
+/// A session's place in listings, which run from the greatest place to the least: first
+/// whether its update time is plausible (sessions updated in the future come after all
+/// others), then the time, then the id.
+fn place(
+    updated_at: DateTime<Utc>,
+    id: &SessionId,
+    horizon: DateTime<Utc>,
+) -> (bool, DateTime<Utc>, &SessionId) {
+    (updated_at <= horizon, updated_at, id)
+}
+
 /// The result of [`SessionStore::list`]: the sessions that could be read, newest first, and
 /// an error for each stored entry that could not.
 ///
@@ -196,7 +222,9 @@ impl ListScope {
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct SessionList {
-    /// Readable sessions, most recently updated first (ties broken by id, descending).
+    /// Readable sessions, most recently updated first (ties broken by id, descending),
+    /// except that sessions updated in the future
+    /// ([`SessionSummary::is_updated_in_the_future`]) come after all the others.
     pub sessions: Vec<SessionSummary>,
     /// Why each unreadable entry could not be read.
     pub unreadable: Vec<Error>,
@@ -204,14 +232,13 @@ pub struct SessionList {
 
 impl SessionList {
     /// A listing of `sessions`, sorted newest first (most recently updated, then id
-    /// descending), and the errors of the entries that could not be read. For custom
-    /// [`SessionStore`]s.
+    /// descending, sessions updated in the future last), and the errors of the entries that
+    /// could not be read. For custom [`SessionStore`]s.
     #[must_use]
     pub fn new(mut sessions: Vec<SessionSummary>, unreadable: Vec<Error>) -> Self {
+        let horizon = clock::horizon(Utc::now());
         sessions.sort_by(|a, b| {
-            b.updated_at
-                .cmp(&a.updated_at)
-                .then_with(|| b.id.cmp(&a.id))
+            place(b.updated_at, &b.id, horizon).cmp(&place(a.updated_at, &a.id, horizon))
         });
         SessionList {
             sessions,
@@ -221,9 +248,9 @@ impl SessionList {
 }
 
 /// Where a page of a listing starts: just after the session it names, in the listing's
-/// order (most recently updated first, then id descending). Made by
-/// [`SessionStore::list_page`]; its text form (`Display` / `FromStr`) survives a round
-/// trip through a command line or a URL.
+/// order (most recently updated first, then id descending; sessions updated in the future
+/// last). Made by [`SessionStore::list_page`]; its text form (`Display` / `FromStr`)
+/// survives a round trip through a command line or a URL, whatever the time.
 ///
 /// # Examples
 ///
@@ -238,6 +265,9 @@ impl SessionList {
 pub struct ListCursor {
     updated_at: DateTime<Utc>,
     id: SessionId,
+    /// Whether the session was updated in the future when the cursor was made: the
+    /// listing's last part.
+    future: bool,
 }
 
 impl ListCursor {
@@ -247,24 +277,64 @@ impl ListCursor {
         ListCursor {
             updated_at: summary.updated_at,
             id: summary.id.clone(),
+            future: summary.is_updated_in_the_future(),
         }
     }
 
-    /// Whether `summary` comes after this cursor in the listing's order.
-    fn precedes(&self, summary: &SessionSummary) -> bool {
-        (summary.updated_at, &summary.id) < (self.updated_at, &self.id)
+    /// The time and id of the session the cursor names, and whether it was in the
+    /// listing's part for sessions updated in the future, for stores paging from an index.
+    pub(crate) fn position(&self) -> (DateTime<Utc>, &SessionId, bool) {
+        (self.updated_at, &self.id, self.future)
+    }
+
+    /// A cursor at the session updated at `updated_at` named `id`, in the listing's part
+    /// for sessions updated in the future if `future`.
+    pub(crate) fn at(updated_at: DateTime<Utc>, id: SessionId, future: bool) -> Self {
+        ListCursor {
+            updated_at,
+            id,
+            future,
+        }
+    }
+
+    /// Whether `summary` comes after this cursor in the listing's order, seen with the
+    /// latest plausible time `horizon`.
+    fn precedes(&self, summary: &SessionSummary, horizon: DateTime<Utc>) -> bool {
+        place(summary.updated_at, &summary.id, horizon) < (!self.future, self.updated_at, &self.id)
     }
 }
 
+/// The text form of a cursor's time: RFC 3339 in years 0 to 9999, the years it can
+/// write and read back, otherwise `@` and the seconds (and nanoseconds) since 1970.
+fn cursor_time(at: DateTime<Utc>) -> String {
+    use chrono::Datelike;
+    if (0..=9999).contains(&at.year()) {
+        at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+    } else {
+        format!("@{}.{:09}", at.timestamp(), at.timestamp_subsec_nanos())
+    }
+}
+
+fn parse_cursor_time(text: &str) -> Option<DateTime<Utc>> {
+    if let Some(epoch) = text.strip_prefix('@') {
+        let (seconds, nanos) = epoch.split_once('.')?;
+        if nanos.len() != 9 || !nanos.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        return DateTime::from_timestamp(seconds.parse().ok()?, nanos.parse().ok()?);
+    }
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
+}
+
+/// Marks the cursor of a session updated in the future.
+const FUTURE_PREFIX: &str = "future:";
+
 impl fmt::Display for ListCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}",
-            self.updated_at
-                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
-            self.id
-        )
+        let prefix = if self.future { FUTURE_PREFIX } else { "" };
+        write!(f, "{prefix}{}/{}", cursor_time(self.updated_at), self.id)
     }
 }
 
@@ -277,12 +347,18 @@ impl std::str::FromStr for ListCursor {
                 "{text:?} is not a listing cursor (TIMESTAMP/ID, as printed with a page)"
             ),
         };
-        let (time, id) = text.rsplit_once('/').ok_or_else(invalid)?;
-        let updated_at = DateTime::parse_from_rfc3339(time)
-            .map_err(|_| invalid())?
-            .with_timezone(&Utc);
+        let (future, rest) = match text.strip_prefix(FUTURE_PREFIX) {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (time, id) = rest.rsplit_once('/').ok_or_else(invalid)?;
+        let updated_at = parse_cursor_time(time).ok_or_else(invalid)?;
         let id = SessionId::parse(id).map_err(|_| invalid())?;
-        Ok(ListCursor { updated_at, id })
+        Ok(ListCursor {
+            updated_at,
+            id,
+            future,
+        })
     }
 }
 
@@ -317,10 +393,11 @@ impl SessionPage {
     #[must_use]
     pub fn of(listing: SessionList, limit: usize, after: Option<&ListCursor>) -> Self {
         let first_page = after.is_none();
+        let horizon = clock::horizon(Utc::now());
         let mut sessions = listing
             .sessions
             .into_iter()
-            .skip_while(|s| after.is_some_and(|cursor| !cursor.precedes(s)));
+            .skip_while(|s| after.is_some_and(|cursor| !cursor.precedes(s, horizon)));
         let page: Vec<SessionSummary> = sessions.by_ref().take(limit).collect();
         let more = sessions.next().is_some();
         SessionPage {

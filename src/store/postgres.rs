@@ -15,6 +15,7 @@ use super::{
     check_page_limit, check_revision, check_unchanged, ListCursor, ListScope, Revision,
     SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
+use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
@@ -346,6 +347,25 @@ fn nanos(id: &SessionId, at: DateTime<Utc>) -> Result<i64> {
     })
 }
 
+/// [`nanos`] for a bound of a query rather than a session's time: times beyond the range
+/// the column holds are the range's ends.
+fn nanos_saturating(at: DateTime<Utc>) -> i64 {
+    at.timestamp_nanos_opt().unwrap_or(if at.timestamp() < 0 {
+        i64::MIN
+    } else {
+        i64::MAX
+    })
+}
+
+/// The two ranges of the listing's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Range {
+    /// Updated no later than this machine's clock allows.
+    Plausible,
+    /// Updated in the future: listed after all others.
+    Future,
+}
+
 /// A revision as the `bigint` column holds it; the store refuses revisions it cannot hold.
 fn revision_column(id: &SessionId, revision: Revision) -> Result<i64> {
     i64::try_from(revision.as_u64()).map_err(|_| Error::InvalidArgument {
@@ -628,14 +648,40 @@ impl PostgresSessionStore {
         Ok(stored.into_summary(archived))
     }
 
-    /// The listing of `scope`, newest first, at most `limit` rows after `after`: each
-    /// row's place in the order (its update time and id, from the indexed columns, so a
-    /// page can end on a row whose summary is unreadable) and its summary.
+    /// The listing of `scope`, in the listing's order, at most `limit` rows after `after`:
+    /// each row's place in the order (from the indexed columns, so a page can end on a row
+    /// whose summary is unreadable) and its summary. Sessions updated in the future come
+    /// after all others, so the listing is read as two ranges of the index: plausible
+    /// times, then the future ones.
     fn select_summaries(
         &self,
         scope: ListScope,
         after: Option<&ListCursor>,
         limit: Option<usize>,
+    ) -> Result<Vec<(Option<ListCursor>, Result<SessionSummary>)>> {
+        let horizon = nanos_saturating(clock::horizon(Utc::now()));
+        let after_future = after.is_some_and(|c| c.position().2);
+        let mut listed = Vec::new();
+        if !after_future {
+            listed = self.select_range(scope, Range::Plausible, after, limit, horizon)?;
+        }
+        let wanted = limit.map(|limit| limit.saturating_sub(listed.len()));
+        if wanted != Some(0) {
+            let after = after.filter(|_| after_future);
+            listed.extend(self.select_range(scope, Range::Future, after, wanted, horizon)?);
+        }
+        Ok(listed)
+    }
+
+    /// One range of [`select_summaries`](Self::select_summaries): the rows updated at
+    /// `horizon` or earlier, or those updated later.
+    fn select_range(
+        &self,
+        scope: ListScope,
+        range: Range,
+        after: Option<&ListCursor>,
+        limit: Option<usize>,
+        horizon: i64,
     ) -> Result<Vec<(Option<ListCursor>, Result<SessionSummary>)>> {
         let archived: Option<bool> = match scope {
             ListScope::Active => Some(false),
@@ -643,10 +689,19 @@ impl PostgresSessionStore {
             ListScope::All => None,
         };
         let after = match after {
-            Some(cursor) => Some((nanos(&cursor.id, cursor.updated_at)?, cursor.id.to_string())),
+            Some(cursor) => {
+                let (updated_at, id, _) = cursor.position();
+                Some((nanos(id, updated_at)?, id.to_string()))
+            }
             None => None,
         };
         let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let future = range == Range::Future;
+        let in_range = if future {
+            "updated_ns > $5"
+        } else {
+            "updated_ns <= $5"
+        };
         let rows = self.with_client(move |client, schema| async move {
             let (after_ns, after_id) = match &after {
                 Some((ns, id)) => (Some(*ns), Some(id.as_str())),
@@ -659,13 +714,14 @@ impl PostgresSessionStore {
                         &format!(
                             "SELECT id, summary, archived, updated_ns FROM {schema}.sessions
                          WHERE ($1::boolean IS NULL OR archived = $1)
+                           AND {in_range}
                            AND ($2::bigint IS NULL OR (updated_ns, id) < ($2, $3::text))
                          ORDER BY updated_ns DESC, id DESC
                          LIMIT $4"
                         ),
                     )
                     .await?,
-                    &[&archived, &after_ns, &after_id, &limit],
+                    &[&archived, &after_ns, &after_id, &limit, &horizon],
                 )
                 .await
                 .map_err(|e| backend("list sessions", e))
@@ -677,10 +733,11 @@ impl PostgresSessionStore {
             // A row under a key that is not a session id (written by hand) is reported,
             // not fatal to the listing; it cannot mark a page's end.
             let place = match SessionId::parse(&id) {
-                Ok(session) => Some(ListCursor {
-                    updated_at: DateTime::from_timestamp_nanos(row.get(3)),
-                    id: session,
-                }),
+                Ok(session) => Some(ListCursor::at(
+                    DateTime::from_timestamp_nanos(row.get(3)),
+                    session,
+                    future,
+                )),
                 Err(e) => {
                     listed.push((None, Err(e.at(&self.location_of_key(&id)))));
                     continue;

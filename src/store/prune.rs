@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 
 /// Which sessions [`SessionStore::prune`] deletes: those older than a maximum age, those
 /// beyond a maximum count, and the oldest until the rest fit in a maximum total size.
-/// Limits left unset do not apply; a policy with none deletes nothing.
+/// Limits left unset do not apply; a policy with none deletes nothing. Sessions updated in
+/// the future ([`SessionSummary::is_updated_in_the_future`]) have no known age: no limit
+/// applies to them, and they are reported in [`PruneReport::in_the_future`].
 ///
 /// Age is measured from a session's last update. Count and size keep the most recently
 /// updated sessions and delete the oldest: walking from the newest, a session goes once
@@ -205,10 +207,17 @@ pub struct PruneReport {
     /// ([`Error::Changed`]: saved, re-created, archived or restored), gone already
     /// ([`Error::NotFound`]), or failing to delete.
     pub skipped: Vec<Error>,
-    /// How many sessions the policy looked at and kept.
+    /// How many sessions the policy looked at and kept (those in
+    /// [`in_the_future`](Self::in_the_future) included).
     pub kept: usize,
     /// Entries the listing could not read; never deleted.
     pub unreadable: Vec<Error>,
+    /// Sessions updated later than this machine's clock allows
+    /// ([`SessionSummary::is_updated_in_the_future`]): their age is unknown, so no limit
+    /// applies to them and they are never deleted, nor counted against
+    /// [`PrunePolicy::max_count`] or [`PrunePolicy::max_total_bytes`]. Saving one again
+    /// gives it the current time.
+    pub in_the_future: Vec<SessionSummary>,
 }
 
 impl PruneReport {
@@ -231,9 +240,12 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
         PruneScope::Archived => ListScope::Archived,
     })?;
     let mut unreadable = listing.unreadable;
-    let total = listing.sessions.len();
-    let mut sized = Vec::with_capacity(total);
-    for summary in listing.sessions {
+    let (in_the_future, sessions): (Vec<_>, Vec<_>) = listing
+        .sessions
+        .into_iter()
+        .partition(SessionSummary::is_updated_in_the_future);
+    let mut sized = Vec::with_capacity(sessions.len());
+    for summary in sessions {
         let measured = match store.stored_bytes(&summary.id) {
             // Only a store that does not know its sizes pays for measuring them, and only
             // when a size limit needs them.
@@ -255,8 +267,9 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
     let chosen = policy.choose(sized);
     let mut report = PruneReport {
         dry_run: policy.dry_run,
-        kept: considered - chosen.len(),
+        kept: considered - chosen.len() + in_the_future.len(),
         unreadable,
+        in_the_future,
         ..PruneReport::default()
     };
     for victim in chosen {

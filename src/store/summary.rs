@@ -88,17 +88,20 @@ pub(crate) fn encode(
     base: Stamp,
     journal: Option<Stamp>,
 ) -> Vec<u8> {
+    // What every listing shows of a snapshot, so the file store's summaries say the same
+    // as the other stores' (titles and model names cut alike).
+    let listed = SessionSummary::of(snapshot);
     let encoded = Encoded {
         summary: SUMMARY_VERSION,
-        id: snapshot.id().clone(),
+        id: listed.id,
         revision,
-        created_at: snapshot.created_at(),
-        updated_at: snapshot.updated_at(),
-        title: snapshot.title(),
-        message_count: snapshot.transcript().len(),
-        model: snapshot.options().model.clone(),
-        cost: snapshot.totals().cost,
-        lineage: snapshot.lineage().cloned(),
+        created_at: listed.created_at,
+        updated_at: listed.updated_at,
+        title: listed.title,
+        message_count: listed.message_count,
+        model: listed.model,
+        cost: listed.cost,
+        lineage: listed.lineage,
         base,
         journal,
     };
