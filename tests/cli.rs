@@ -16,7 +16,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    FileSessionStore, Role, SessionId, SessionSnapshot, SessionStore, ToolCallStatus, ToolOutput,
+    ContentBlock, FileSessionStore, Message, Role, SessionId, SessionSnapshot, SessionStore,
+    ToolCall, ToolCallStatus, ToolOutput, ToolResult,
 };
 use serde_json::{json, Value};
 
@@ -258,7 +259,7 @@ fn user_prompts(snapshot: &SessionSnapshot) -> Vec<String> {
         .transcript()
         .iter()
         .filter(|m| m.role == Role::User)
-        .map(agent_session::Message::text)
+        .map(Message::text)
         .collect()
 }
 
@@ -2165,4 +2166,184 @@ fn help_documents_the_lifecycle_commands() {
     ] {
         assert!(fork_help.contains(needle), "{needle:?}:\n{fork_help}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hardening (issue 12): terminal escapes, export targets, reused call ids, FIFOs, `~`
+// ---------------------------------------------------------------------------------------
+
+/// True for a character that would act on a terminal instead of being shown: C0 controls
+/// other than newline and tab, DEL, C1 controls, and the bidi overrides and isolates
+/// that reorder the text around them.
+fn acts_on_a_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
+/// Asserts that neither stream of `out` holds a raw control character, naming the first.
+fn assert_no_raw_controls(what: &str, out: &Out) {
+    for (stream, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        if let Some((at, c)) = text.char_indices().find(|(_, c)| acts_on_a_terminal(*c)) {
+            panic!(
+                "{what}: {stream} holds a raw {:?} at byte {at}: {:?}",
+                c.escape_unicode().to_string(),
+                text
+            );
+        }
+    }
+}
+
+/// A file name, prompt and file contents that try an OSC title set, colour codes, a C1
+/// CSI, DEL and bidi overrides on whoever reads the output.
+const HOSTILE_NAME: &str = "evil\u{1b}[31m\u{202e}.txt";
+const HOSTILE_CONTENT: &str =
+    "top\u{1b}]0;pwned\u{7}\n\u{1b}[2Jcleared\u{9b}31m\u{2066}rtl\u{7f}end\u{85}\n";
+
+#[test]
+fn control_characters_from_prompts_and_tool_output_are_escaped_on_output() {
+    let ws = Workspace::new();
+    ws.write(HOSTILE_NAME, HOSTILE_CONTENT);
+    let prompt = format!("read {HOSTILE_NAME}");
+    let run = ws.run(&["run", &prompt]).assert_success();
+    assert_no_raw_controls("run", &run);
+    let id = run.session_id();
+    // The file was read (the escaping is on output only) and shown in a visible form.
+    for visible in [
+        r"\u{1b}]0;pwned\u{7}",
+        r"\u{1b}[2J",
+        r"\u{9b}",
+        r"\u{2066}",
+        r"\u{7f}",
+    ] {
+        assert!(run.stdout.contains(visible), "{visible}: {run:#?}");
+    }
+    assert!(run.stderr.contains(r"\u{202e}"), "{run:#?}");
+    assert_eq!(
+        ws.load(&id).tool_calls()[0].status,
+        ToolCallStatus::Ok,
+        "the tool read the file"
+    );
+
+    let list = ws.run(&["sessions", "list"]).assert_success();
+    assert_no_raw_controls("sessions list", &list);
+    assert!(
+        list.stdout.contains(r"read evil\u{1b}[31m\u{202e}.txt"),
+        "{list:#?}"
+    );
+
+    let show = ws.run(&["sessions", "show", &id]).assert_success();
+    assert_no_raw_controls("sessions show", &show);
+    assert!(show.stdout.contains(r"top\u{1b}]0;pwned\u{7}"), "{show:#?}");
+    // Lines are kept where a transcript has them.
+    assert!(show.stdout.contains(r"cleared\u{9b}31m"), "{show:#?}");
+    assert!(
+        line_index(&show.stdout, "cleared") > line_index(&show.stdout, "pwned"),
+        "{show:#?}"
+    );
+
+    // The script command echoes its prompts.
+    ws.write("script.txt", &format!("{prompt}\nhi\u{1b}[1m there\n"));
+    let script = ws.run(&["script", "script.txt"]).assert_success();
+    assert_no_raw_controls("script", &script);
+    assert!(
+        script.stdout.contains(r"> hi\u{1b}[1m there"),
+        "{script:#?}"
+    );
+}
+
+/// A session whose every stored string that the CLI prints tries an escape sequence.
+fn hostile_snapshot(id: &str) -> SessionSnapshot {
+    let call = ToolCall::new(
+        "call_1",
+        "to\u{1b}[5mol",
+        json!({"path": "a\u{202e}b", "n": "\u{9b}1m"}),
+    );
+    SessionSnapshot::builder(SessionId::parse(id).expect("id"), "gpt\u{1b}[5m-evil")
+        .metadata_entry("title", json!("\u{1b}]0;pwned\u{7}"))
+        .system_prompt("be \u{1b}[8mhidden\u{7f}")
+        .transcript(vec![
+            Message::user("hello\u{202e}dlrow"),
+            Message::assistant(vec![ContentBlock::ToolCall(call)]),
+            Message::tool_result(ToolResult::error("call_1", "cut\u{1b}[31m short")),
+        ])
+        .interrupted("call_1")
+        .build()
+        .expect("a valid snapshot")
+}
+
+#[test]
+fn control_characters_in_an_imported_session_are_escaped_on_output() {
+    let ws = Workspace::new();
+    let id = "imported-evil";
+    let bundle = agent_session::Bundle::new(vec![hostile_snapshot(id)])
+        .and_then(|b| b.to_json())
+        .expect("a bundle");
+    std::fs::write(ws.path().join("evil.jsonl"), bundle).expect("write the bundle");
+    let import = ws
+        .run(&["sessions", "import", "evil.jsonl"])
+        .assert_success();
+    assert_no_raw_controls("sessions import", &import);
+
+    let list = ws.run(&["sessions", "list"]).assert_success();
+    assert_no_raw_controls("sessions list", &list);
+    assert!(
+        listed_line(&list.stdout, id).contains(r"\u{1b}]0;pwned\u{7}"),
+        "{list:#?}"
+    );
+
+    let show = ws.run(&["sessions", "show", id]).assert_success();
+    assert_no_raw_controls("sessions show", &show);
+    for visible in [
+        r"model gpt\u{1b}[5m-evil",
+        r"be \u{1b}[8mhidden\u{7f}",
+        r"hello\u{202e}dlrow",
+        r"to\u{1b}[5mol",
+        r"a\u{202e}b",
+        r"cut\u{1b}[31m short",
+    ] {
+        assert!(show.stdout.contains(visible), "{visible}: {show:#?}");
+    }
+
+    // Resuming names the stored model and the interrupted call.
+    let run = ws
+        .run(&["run", "--resume", id, "hi again"])
+        .assert_success();
+    assert_no_raw_controls("run --resume", &run);
+    assert!(run.stderr.contains(r"gpt\u{1b}[5m-evil"), "{run:#?}");
+    assert!(run.stderr.contains(r"to\u{1b}[5mol"), "{run:#?}");
+
+    // The chat command's listing.
+    let chat = ws
+        .run_with_input(&["chat"], "/sessions\n/exit\n")
+        .assert_success();
+    assert_no_raw_controls("chat /sessions", &chat);
+    assert!(chat.stdout.contains(r"\u{1b}]0;pwned\u{7}"), "{chat:#?}");
+}
+
+#[test]
+fn control_characters_in_error_messages_are_escaped() {
+    let ws = Workspace::new();
+    ws.run(&["run", "hi"]).assert_success();
+    // A damaged snapshot whose decode error quotes what the file holds.
+    let planted = ws.store_dir().join("planted.json");
+    std::fs::write(
+        &planted,
+        r#"{"schema_version":2,"id":"planted","\u001b]0;pwned\u0007":1}"#,
+    )
+    .expect("write");
+    let list = ws.run(&["sessions", "list"]);
+    list.assert_failure(1, &["unreadable", "planted.json"]);
+    assert_no_raw_controls("sessions list", &list);
+    let show = ws.run(&["sessions", "show", "planted"]);
+    show.assert_failure(1, &["planted.json"]);
+    assert_no_raw_controls("sessions show", &show);
+    assert!(show.stderr.contains(r"\u{1b}]0;pwned\u{7}"), "{show:#?}");
+
+    // A chat line that is not a command is echoed in the complaint.
+    let chat = ws
+        .run_with_input(&["chat"], "/nope\u{1b}[31m\n/exit\n")
+        .assert_success();
+    assert_no_raw_controls("chat", &chat);
+    assert!(chat.stderr.contains(r"/nope\u{1b}[31m"), "{chat:#?}");
 }

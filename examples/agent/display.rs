@@ -1,6 +1,9 @@
-//! Listings and transcripts, as printed by `sessions list`, `sessions show` and `/sessions`.
+//! Listings and transcripts, as printed by `sessions list`, `sessions show` and `/sessions`,
+//! and the escaping of everything else the agent prints that it did not write itself.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::path::Path;
 
 use agent_session::{
     ContentBlock, Role, SessionList, SessionSnapshot, ToolArguments, ToolCallStatus, ToolOutput,
@@ -26,7 +29,11 @@ pub fn session_table(list: &SessionList) -> String {
     );
     for s in &list.sessions {
         let title = s.title.as_deref().unwrap_or("(untitled)");
-        let mut shown: String = title.chars().take(TITLE_WIDTH).collect();
+        let mut shown = escape_controls(
+            &title.chars().take(TITLE_WIDTH).collect::<String>(),
+            Keep::Nothing,
+        )
+        .into_owned();
         if title.chars().count() > TITLE_WIDTH {
             shown.push('…');
         }
@@ -62,7 +69,7 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
     let _ = writeln!(
         out,
         "  model {}, revision {}, created {}, updated {}",
-        options.model,
+        escape_controls(&options.model, Keep::Nothing),
         snapshot.revision(),
         snapshot.created_at().format("%Y-%m-%d %H:%M:%S UTC"),
         snapshot.updated_at().format("%Y-%m-%d %H:%M:%S UTC"),
@@ -108,7 +115,11 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
                     push_block(
                         &mut out,
                         who,
-                        &format!("[tool call {}] {} {arguments}", call.id, call.name),
+                        &format!(
+                            "[tool call {}] {} {arguments}",
+                            escape_controls(&call.id, Keep::Nothing),
+                            escape_controls(&call.name, Keep::Nothing)
+                        ),
                     );
                     let paired = snapshot
                         .tool_calls()
@@ -139,8 +150,10 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
     out
 }
 
-/// `who> text`, with continuation lines indented under the text.
+/// `who> text`, with continuation lines indented under the text, and control characters
+/// escaped.
 fn push_block(out: &mut String, who: &str, text: &str) {
+    let text = escape_controls(text, Keep::LinesAndTabs);
     let label = if who.is_empty() {
         String::new()
     } else {
@@ -152,5 +165,79 @@ fn push_block(out: &mut String, who: &str, text: &str) {
     let _ = writeln!(out, "{label:<width$}{first}", width = indent.len());
     for line in lines {
         let _ = writeln!(out, "{indent}{line}");
+    }
+}
+
+/// Which layout characters [`escape_controls`] leaves as they are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// None: for text that must stay on one line (a title in a table, a model name, a tool
+    /// name), where a newline could forge a line of output.
+    Nothing,
+    /// Newline and tab, for text printed over several lines on purpose (a transcript, a
+    /// reply, an error with its hint).
+    LinesAndTabs,
+}
+
+/// `text` with every character that would act on the terminal instead of being shown
+/// replaced by its Rust escape, `\u{HEX}` in lowercase hex (ESC shows as `\u{1b}`, BEL as
+/// `\u{7}`).
+///
+/// Titles, transcripts, tool output, model names and file names come from prompts, models,
+/// imported bundles and files in the workspace; printed raw, an escape sequence in one of
+/// them could retitle the terminal window (`ESC ] 0 ; … BEL`), recolour or clear the screen,
+/// or, on some terminals, answer back with input. Escaped are: the C0 controls (but newline
+/// and tab with [`Keep::LinesAndTabs`]), carriage return among them (it lets text overwrite
+/// its own line), DEL, the C1 controls U+0080 to U+009F (U+009B is a one-character CSI on
+/// some terminals), and the bidirectional marks, embeddings, overrides and isolates (U+061C,
+/// U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069), which reorder the text shown around
+/// them. A backslash is left alone, so text that already reads `\u{1b}` looks the same as an
+/// escaped ESC: the output is for reading, and `sessions export` gives the exact bytes.
+pub fn escape_controls(text: &str, keep: Keep) -> Cow<'_, str> {
+    let acts = |c: char| {
+        let kept = keep == Keep::LinesAndTabs && matches!(c, '\n' | '\t');
+        !kept && (c.is_control() || is_bidi_control(c))
+    };
+    if !text.chars().any(acts) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if acts(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The characters that change the direction of the text around them (Unicode's
+/// `Bidi_Control` property).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A path for a status line, escaped like any other text the agent did not write.
+pub fn path(path: &Path) -> String {
+    escape_controls(&path.display().to_string(), Keep::Nothing).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_controls_shows_what_would_act_on_a_terminal() {
+        let hostile = "a\u{1b}]0;t\u{7}b\r\u{7f}\u{85}\u{9b}\u{202e}\u{2066}\u{200f}\tc\nd";
+        assert_eq!(
+            escape_controls(hostile, Keep::LinesAndTabs),
+            "a\\u{1b}]0;t\\u{7}b\\u{d}\\u{7f}\\u{85}\\u{9b}\\u{202e}\\u{2066}\\u{200f}\tc\nd"
+        );
+        assert_eq!(escape_controls("x\ty\nz", Keep::Nothing), "x\\u{9}y\\u{a}z");
+        assert!(matches!(
+            escape_controls("plain, with é and ✓", Keep::Nothing),
+            Cow::Borrowed(_)
+        ));
     }
 }

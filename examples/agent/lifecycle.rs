@@ -10,7 +10,7 @@ use agent_session::{
     Bundle, Error, FileSessionStore, ForkAt, ImportIds, PrunePolicy, SessionId, SessionStore,
 };
 
-use crate::{chain, Failure};
+use crate::{chain, display, Failure};
 
 /// Shown in the help of `sessions prune`.
 pub const PRUNE_HELP: &str = "\
@@ -150,7 +150,7 @@ pub fn prune(
     let Some(store) = store else {
         println!(
             "no saved sessions in {}: nothing to prune",
-            store_dir.display()
+            display::path(store_dir)
         );
         return Ok(());
     };
@@ -223,7 +223,7 @@ pub fn export(
         eprintln!(
             "exported {} session(s) to {} ({} bytes)",
             ids.len(),
-            path.display(),
+            display::path(path),
             bytes.len()
         );
     } else {
@@ -323,7 +323,7 @@ pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failur
     eprintln!(
         "imported {} session(s) into {}",
         imported.len(),
-        store.dir().display()
+        display::path(store.dir())
     );
     Ok(())
 }

@@ -85,6 +85,7 @@ use agent_session::{
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::display::{escape_controls, Keep};
 use crate::http::{HttpConfig, HttpEngine};
 use crate::scripted::ScriptedEngine;
 use crate::tools::Tools;
@@ -309,12 +310,13 @@ fn main() -> ExitCode {
         match dispatch(cli).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(Failure::Interrupted) => ExitCode::from(INTERRUPTED_STATUS),
+            // Messages quote paths, stored text and servers' replies.
             Err(Failure::Error(message)) => {
-                eprintln!("error: {message}");
+                eprintln!("error: {}", escape_controls(&message, Keep::LinesAndTabs));
                 ExitCode::FAILURE
             }
             Err(Failure::Usage(message)) => {
-                eprintln!("error: {message}");
+                eprintln!("error: {}", escape_controls(&message, Keep::LinesAndTabs));
                 ExitCode::from(USAGE_STATUS)
             }
         }
@@ -360,7 +362,9 @@ impl From<String> for Failure {
     }
 }
 
-/// An error and its sources, joined with `: `.
+/// An error and its sources, joined with `: `, on one line with control characters
+/// escaped: errors quote what files and servers hold (an unknown field's name, a reply's
+/// body), and a newline there must not pass for a line of the agent's own.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
@@ -369,7 +373,7 @@ fn chain(e: &dyn std::error::Error) -> String {
         message.push_str(&cause.to_string());
         source = cause.source();
     }
-    message
+    escape_controls(&message, Keep::Nothing).into_owned()
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
@@ -528,7 +532,7 @@ fn list(
     after: Option<String>,
 ) -> Result<(), Failure> {
     let Some(store) = store else {
-        println!("{} in {}", nothing_listed(scope), store_dir.display());
+        println!("{} in {}", nothing_listed(scope), display::path(store_dir));
         return Ok(());
     };
     let Some(limit) = limit else {
@@ -582,7 +586,7 @@ fn open_store(dir: &Path) -> Result<FileSessionStore, Failure> {
 /// any (the readable sessions are listed all the same).
 fn print_listing(list: &SessionList, dir: &Path, scope: ListScope) -> Result<(), Failure> {
     if list.sessions.is_empty() && list.unreadable.is_empty() {
-        println!("{} in {}", nothing_listed(scope), dir.display());
+        println!("{} in {}", nothing_listed(scope), display::path(dir));
         return Ok(());
     }
     if !list.sessions.is_empty() {
@@ -725,8 +729,9 @@ impl App {
             let model = self.model(Some(&options.model));
             if model != options.model {
                 eprintln!(
-                    "note: the session used model {}; it continues with {model}",
-                    options.model
+                    "note: the session used model {}; it continues with {}",
+                    escape_controls(&options.model, Keep::Nothing),
+                    escape_controls(&model, Keep::Nothing)
                 );
                 options.model = model;
             }
@@ -752,10 +757,10 @@ impl App {
         let mut session = self.start(resume)?;
         for prompt in prompts {
             if echo {
-                println!("> {prompt}");
+                println!("> {}", escape_controls(prompt, Keep::Nothing));
             }
             match self.turn(&mut session, prompt, &mut signals).await? {
-                Turn::Replied(reply) => println!("{reply}"),
+                Turn::Replied(reply) => println!("{}", escape_controls(&reply, Keep::LinesAndTabs)),
                 Turn::EngineFailed(message) => return Err(message.into()),
             }
         }
@@ -812,12 +817,19 @@ impl App {
                     println!("/sessions lists saved sessions; /exit leaves (so does end of input)");
                 }
                 command if command.starts_with('/') => {
-                    eprintln!("unknown command {command}; try /help");
+                    eprintln!(
+                        "unknown command {}; try /help",
+                        escape_controls(command, Keep::Nothing)
+                    );
                 }
                 prompt => match self.turn(&mut session, prompt, &mut signals).await? {
-                    Turn::Replied(reply) => println!("{reply}"),
+                    Turn::Replied(reply) => {
+                        println!("{}", escape_controls(&reply, Keep::LinesAndTabs));
+                    }
                     // The completed steps are saved; the conversation can go on.
-                    Turn::EngineFailed(message) => eprintln!("error: {message}"),
+                    Turn::EngineFailed(message) => {
+                        eprintln!("error: {}", escape_controls(&message, Keep::LinesAndTabs));
+                    }
                 },
             }
         }
@@ -893,7 +905,13 @@ fn report_interrupted(session: &Session<AnyEngine>) {
         .interrupted_tool_calls()
         .into_iter()
         .filter(|r| r.call_at.message > last_prompt)
-        .map(|r| format!("{} ({})", r.tool_name, r.call_id))
+        .map(|r| {
+            format!(
+                "{} ({})",
+                escape_controls(&r.tool_name, Keep::Nothing),
+                escape_controls(&r.call_id, Keep::Nothing)
+            )
+        })
         .collect();
     if !cut.is_empty() {
         eprintln!(

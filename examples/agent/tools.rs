@@ -9,6 +9,8 @@ use std::time::Duration;
 use agent_session::{BoxError, BoxFuture, ToolCall, ToolDefinition, ToolExecutor, ToolOutput};
 use serde_json::{json, Value};
 
+use crate::display::{escape_controls, Keep};
+
 /// Longest expression the calculator accepts, in bytes.
 const MAX_EXPRESSION_LEN: usize = 1_000;
 /// Deepest nesting of parentheses and unary signs the calculator accepts.
@@ -72,7 +74,11 @@ impl ToolExecutor for Tools {
                 .arguments
                 .to_value()
                 .map_err(|e| format!("the arguments are not valid JSON: {e}"))?;
-            eprintln!("  [tool] {} {}", call.name, compact(&arguments));
+            eprintln!(
+                "  [tool] {} {}",
+                escape_controls(&call.name, Keep::Nothing),
+                escape_controls(&compact(&arguments), Keep::Nothing)
+            );
             let result = match call.name.as_str() {
                 "calculator" => string_argument(&arguments, "expression")
                     .and_then(|e| calculate(e).map_err(Into::into))
@@ -100,8 +106,14 @@ impl ToolExecutor for Tools {
                 other => Err(format!("there is no tool named {other:?}").into()),
             };
             match &result {
-                Ok(output) => eprintln!("  [tool] -> {}", first_line(output)),
-                Err(e) => eprintln!("  [tool] -> error: {e}"),
+                Ok(output) => eprintln!(
+                    "  [tool] -> {}",
+                    escape_controls(&first_line(output), Keep::Nothing)
+                ),
+                Err(e) => eprintln!(
+                    "  [tool] -> error: {}",
+                    escape_controls(&e.to_string(), Keep::Nothing)
+                ),
             }
             result.map(ToolOutput::from)
         })
