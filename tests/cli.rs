@@ -2347,3 +2347,47 @@ fn control_characters_in_error_messages_are_escaped() {
     assert_no_raw_controls("chat", &chat);
     assert!(chat.stderr.contains(r"/nope\u{1b}[31m"), "{chat:#?}");
 }
+
+#[test]
+fn sessions_show_pairs_reused_tool_call_ids_by_position() {
+    // Some servers number calls per response, so `call_0` comes back in every step.
+    let ws = Workspace::new();
+    let calc = |expression: &str| {
+        Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+            "call_0",
+            "calculator",
+            json!({ "expression": expression }),
+        ))])
+    };
+    let snapshot = SessionSnapshot::builder(SessionId::parse("reused-ids").expect("id"), "m")
+        .transcript(vec![
+            Message::user("first"),
+            calc("1+1"),
+            Message::tool_result(ToolResult::new("call_0", "two")),
+            Message::assistant(vec![ContentBlock::text("one done")]),
+            Message::user("second"),
+            calc("3*3"),
+            Message::tool_result(ToolResult::error("call_0", "nine went wrong")),
+            Message::assistant(vec![ContentBlock::text("two done")]),
+        ])
+        .build()
+        .expect("a snapshot reusing a call id");
+    FileSessionStore::open(ws.store_dir())
+        .expect("the store opens")
+        .save(&snapshot)
+        .expect("saved");
+
+    let show = ws.run(&["sessions", "show", "reused-ids"]).assert_success();
+    let text = &show.stdout;
+    let lines: Vec<&str> = text.lines().collect();
+    for (call, result) in [
+        ("{\"expression\":\"1+1\"}", "[result ok] two"),
+        ("{\"expression\":\"3*3\"}", "[result error] nine went wrong"),
+    ] {
+        let at = line_index(text, call);
+        assert!(
+            lines[at + 1].contains(result),
+            "{call} is followed by its own result {result:?}:\n{text}"
+        );
+    }
+}

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use agent_session::{
-    ContentBlock, Role, SessionList, SessionSnapshot, ToolArguments, ToolCallStatus, ToolOutput,
+    BlockPosition, ContentBlock, Role, SessionList, SessionSnapshot, ToolArguments, ToolCallStatus,
+    ToolOutput,
 };
 
 /// Longest title shown in a listing, in characters.
@@ -96,7 +97,7 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
     if let Some(system) = &options.system_prompt {
         push_block(&mut out, "system", system);
     }
-    for message in snapshot.transcript() {
+    for (message_at, message) in snapshot.transcript().iter().enumerate() {
         let who = match message.role {
             Role::System => "system",
             Role::User => "user",
@@ -104,7 +105,7 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
             // Every result is printed under its call, below.
             Role::Tool => continue,
         };
-        for block in &message.content {
+        for (block_at, block) in message.content.iter().enumerate() {
             match block {
                 ContentBlock::Text(text) => push_block(&mut out, who, &text.text),
                 ContentBlock::ToolCall(call) => {
@@ -121,10 +122,16 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
                             escape_controls(&call.name, Keep::Nothing)
                         ),
                     );
+                    // By position, not by id: some servers number calls per response,
+                    // so the same id comes back in later steps.
+                    let at = BlockPosition {
+                        message: message_at,
+                        block: block_at,
+                    };
                     let paired = snapshot
                         .tool_calls()
                         .iter()
-                        .find(|r| r.call_id == call.id)
+                        .find(|r| r.call_at == at)
                         .and_then(|record| Some((record, snapshot.tool_result(record)?)));
                     let Some((record, result)) = paired else {
                         push_block(&mut out, "", "[no result recorded]");
