@@ -2391,3 +2391,67 @@ fn sessions_show_pairs_reused_tool_call_ids_by_position() {
         );
     }
 }
+
+/// Makes a FIFO at `path` with mkfifo(1) (the crate forbids the unsafe code libc would need).
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {} failed", path.display());
+}
+
+#[test]
+fn the_file_reader_refuses_a_fifo_without_waiting_for_a_writer() {
+    let ws = Workspace::new();
+    mkfifo(&ws.path().join("pipe"));
+    // Opening a FIFO for reading waits for a writer, and none will come: a reader that
+    // opens before checking the type hangs here, so the agent is killed after a deadline.
+    let mut child = ws
+        .command(&["run", "read pipe"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the agent starts");
+    let status = wait_for(&mut child, Duration::from_secs(20));
+    let out: Out = child.wait_with_output().expect("the output").into();
+    assert!(status.success(), "{out:#?}");
+    assert!(
+        out.stdout
+            .contains("The read_file tool failed: refused \"pipe\""),
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains("a FIFO"), "{out:#?}");
+
+    // A device is refused before it is opened.
+    if make_null_device(&ws.path().join("null")) {
+        let out = ws.run(&["run", "read null"]).assert_success();
+        assert!(
+            out.stdout
+                .contains("refused \"null\": it is a character device"),
+            "{out:#?}"
+        );
+    }
+}
+
+/// Makes a character device 1,3 (what /dev/null is) at `path` with mknod(1); false, with
+/// the reason printed, when this process may not make one (only root may).
+fn make_null_device(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // A directory this process just created belongs to its effective user.
+    let parent = path.parent().expect("a parent directory");
+    if std::fs::metadata(parent).expect("stat").uid() != 0 {
+        println!("skipped the device node case: only root can make device nodes");
+        return false;
+    }
+    let made = Command::new("mknod")
+        .arg(path)
+        .args(["c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        println!("skipped the device node case: mknod failed (no CAP_MKNOD here?)");
+    }
+    made
+}

@@ -3,13 +3,14 @@
 
 use std::fmt::Write as _;
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use agent_session::{BoxError, BoxFuture, ToolCall, ToolDefinition, ToolExecutor, ToolOutput};
 use serde_json::{json, Value};
 
-use crate::display::{escape_controls, Keep};
+use crate::display::{self, escape_controls, Keep};
 
 /// Longest expression the calculator accepts, in bytes.
 const MAX_EXPRESSION_LEN: usize = 1_000;
@@ -147,7 +148,8 @@ pub fn first_line(text: &str) -> String {
 ///
 /// `..` components and absolute paths are refused outright; the remaining path is then
 /// resolved with `canonicalize`, which follows every symbolic link, and must still lie
-/// inside the workspace. Only regular files are read (no FIFOs or devices that could block).
+/// inside the workspace. Only regular files are read: FIFOs, sockets and devices are
+/// refused, and the type is checked on the opened file, after an open that cannot block.
 pub fn read_file(workspace: &Path, requested: &str) -> Result<String, String> {
     let relative = Path::new(requested);
     if requested.is_empty() {
@@ -176,13 +178,35 @@ pub fn read_file(workspace: &Path, requested: &str) -> Result<String, String> {
             resolved.display()
         ));
     }
-    let file =
-        std::fs::File::open(&resolved).map_err(|e| format!("cannot read {requested:?}: {e}"))?;
+    let refused = |file_type| {
+        format!(
+            "refused {requested:?}: it is {}; only regular files are read",
+            display::file_kind(file_type)
+        )
+    };
+    // Refuse what is not a regular file before opening it: a plain open of a FIFO waits
+    // for a writer (forever, if none comes), and opening a device runs its driver (a tape
+    // drive rewinds, a terminal can become the controlling one).
+    let before = std::fs::symlink_metadata(&resolved)
+        .map_err(|e| format!("cannot read {requested:?}: {e}"))?;
+    if !before.is_file() {
+        return Err(refused(before.file_type()));
+    }
+    // The name can be swapped between that check and the open, so the open cannot block
+    // either (O_NONBLOCK returns at once even on a FIFO, and changes nothing for reads of
+    // a regular file), follows no link (the path was resolved above, so a link here was
+    // put there since), takes no controlling terminal, and the type is checked again on
+    // the open file (fstat).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&resolved)
+        .map_err(|e| format!("cannot read {requested:?}: {e}"))?;
     let meta = file
         .metadata()
         .map_err(|e| format!("cannot read {requested:?}: {e}"))?;
     if !meta.is_file() {
-        return Err(format!("refused {requested:?}: it is not a regular file"));
+        return Err(refused(meta.file_type()));
     }
     let mut bytes = Vec::new();
     file.take(MAX_READ_BYTES)
