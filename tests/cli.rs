@@ -2455,3 +2455,70 @@ fn make_null_device(path: &Path) -> bool {
     }
     made
 }
+
+#[test]
+fn export_force_replaces_only_a_regular_file() {
+    use std::os::unix::fs::FileTypeExt;
+    let (ws, id, _) = workspace_with_a_session();
+    let export_to = |name: &str| ws.run(&["sessions", "export", &id, "-o", name, "--force"]);
+
+    // A symbolic link, even one to a regular file: neither the link nor its target change.
+    let outside = tempfile::tempdir().expect("a temporary directory");
+    let target = outside.path().join("target.txt");
+    std::fs::write(&target, "not a bundle").expect("write");
+    std::os::unix::fs::symlink(&target, ws.path().join("link.jsonl")).expect("symlink");
+    export_to("link.jsonl").assert_failure(
+        1,
+        &[
+            "refused to replace link.jsonl",
+            "a symbolic link",
+            "--force",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_link(ws.path().join("link.jsonl")).expect("still a link"),
+        target
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("read"),
+        "not a bundle"
+    );
+
+    // A FIFO (a plain open would wait for a reader) and a directory.
+    mkfifo(&ws.path().join("pipe.jsonl"));
+    export_to("pipe.jsonl").assert_failure(1, &["refused to replace pipe.jsonl", "a FIFO"]);
+    let pipe = std::fs::symlink_metadata(ws.path().join("pipe.jsonl")).expect("lstat");
+    assert!(pipe.file_type().is_fifo(), "the FIFO is still there");
+    std::fs::create_dir(ws.path().join("dir.jsonl")).expect("mkdir");
+    export_to("dir.jsonl").assert_failure(1, &["refused to replace dir.jsonl", "a directory"]);
+
+    // A device node: as root, `-o /dev/stdout --force` must not replace the system's.
+    let device = ws.path().join("null");
+    if make_null_device(&device) {
+        export_to("null").assert_failure(1, &["refused to replace null", "a character device"]);
+        let meta = std::fs::symlink_metadata(&device).expect("lstat");
+        assert!(
+            meta.file_type().is_char_device(),
+            "the device is still there"
+        );
+    }
+
+    // An existing regular file is still replaced.
+    std::fs::write(ws.path().join("old.jsonl"), "old").expect("write");
+    export_to("old.jsonl").assert_success();
+    let bundle = std::fs::read(ws.path().join("old.jsonl")).expect("read");
+    assert_eq!(
+        agent_session::Bundle::from_json(&bundle)
+            .expect("a bundle")
+            .sessions()
+            .len(),
+        1
+    );
+    // Nothing was left behind by the refusals.
+    let temporary: Vec<String> = std::fs::read_dir(ws.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".agent-export-"))
+        .collect();
+    assert!(temporary.is_empty(), "{temporary:?}");
+}

@@ -211,9 +211,11 @@ pub fn export(
     force: bool,
 ) -> Result<(), Failure> {
     if let Some(path) = output {
-        // Checked again, atomically, when the file is put in place; checking first saves
-        // reading the sessions for nothing.
-        if !force && fs::symlink_metadata(path).is_ok() {
+        // Checked again when the file is put in place; checking first saves reading the
+        // sessions for nothing.
+        if force {
+            replaceable(path)?;
+        } else if fs::symlink_metadata(path).is_ok() {
             return Err(exists(path));
         }
     }
@@ -236,6 +238,37 @@ pub fn export(
     Ok(())
 }
 
+/// With `--force`: `path` names nothing, or a regular file. A symbolic link (even to a
+/// regular file), a FIFO, a socket, a directory or a device node is refused: replacing
+/// `/dev/stdout` or `/dev/null`, say, would break the system for everyone, and replacing a
+/// link is not what `-o LINK` reads as. Looked at with lstat, so nothing is followed or
+/// opened (opening a FIFO would wait for a writer).
+fn replaceable(path: &Path) -> Result<(), Failure> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "could not check what {} is before replacing it: {e}",
+                path.display()
+            )
+            .into())
+        }
+    };
+    if meta.is_file() {
+        return Ok(());
+    }
+    let mut what = display::file_kind(meta.file_type()).to_owned();
+    if let Ok(target) = fs::read_link(path) {
+        what = format!("{what} (to {})", target.display());
+    }
+    Err(format!(
+        "refused to replace {}: it is {what}, and --force replaces only a regular file; remove it yourself if it should go, or choose another file (without -o the bundle goes to stdout)",
+        path.display()
+    )
+    .into())
+}
+
 fn exists(path: &Path) -> Failure {
     format!(
         "{} already exists: choose another file, or add --force to replace it",
@@ -246,7 +279,8 @@ fn exists(path: &Path) -> Failure {
 
 /// Writes `bytes` to a new file at `path`, readable by its owner only (0600): to a
 /// temporary file beside it first, then linked into place, so `path` never holds part of
-/// a bundle. Without `force`, an existing `path` is left alone.
+/// a bundle. Without `force`, an existing `path` is left alone; with it, only a regular
+/// file is replaced.
 fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<(), Failure> {
     if path.file_name().is_none() {
         return Err(format!("{} is not a file name", path.display()).into());
@@ -266,6 +300,14 @@ fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<(), Failure> 
         .and_then(|()| temp.as_file().sync_all())
         .map_err(could_not)?;
     let placed = if force {
+        // Checked again right before the rename, which narrows the window but does not
+        // close it: rename(2) has no "only over a regular file" flag, and renameat2's
+        // RENAME_EXCHANGE (swap, look at what came back, swap back) needs unsafe code or a
+        // dependency feature this example does not have. What remains is benign: only
+        // someone who can write to the directory can swap the entry in that instant, the
+        // rename replaces the name only (it never writes through a link or into a device),
+        // and in a sticky directory such as /tmp they can swap only entries of their own.
+        replaceable(path)?;
         temp.persist(path)
     } else {
         temp.persist_noclobber(path)
