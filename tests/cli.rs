@@ -2522,3 +2522,46 @@ fn export_force_replaces_only_a_regular_file() {
         .collect();
     assert!(temporary.is_empty(), "{temporary:?}");
 }
+
+#[test]
+fn a_store_path_starting_with_a_tilde_means_home_and_never_a_folder_named_tilde() {
+    let ws = Workspace::new();
+    let home = ws.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir");
+    let with_home = |args: &[&str]| {
+        let mut command = ws.command(args);
+        command.env("HOME", &home);
+        command
+    };
+
+    // --store '~/s', as when the shell did not expand it (quoted, or `--store=~/s`).
+    let id = run_command(with_home(&["--store", "~/s", "run", "hi"]))
+        .assert_success()
+        .session_id();
+    assert!(home.join("s").join(format!("{id}.json")).is_file());
+    let listed = run_command(with_home(&["--store=~/s", "sessions", "list"])).assert_success();
+    assert!(listed.stdout.contains(&id), "{listed:#?}");
+
+    // AGENT_SESSION_STORE='~/e', which no shell expands.
+    let mut command = with_home(&["run", "hello"]);
+    command.env("AGENT_SESSION_STORE", "~/e");
+    let id = run_command(command).assert_success().session_id();
+    assert!(home.join("e").join(format!("{id}.json")).is_file());
+    assert!(!ws.path().join("~").exists(), "no folder named ~");
+
+    // Another user's home is not guessed at, and HOME must be known.
+    run_command(with_home(&["--store", "~other/s", "run", "hi"]))
+        .assert_failure(1, &["~other/s", "write the path out"]);
+    assert!(!ws.path().join("~other").exists());
+    let mut command = ws.command(&["--store", "~/s", "run", "hi"]);
+    command.env_remove("HOME");
+    run_command(command).assert_failure(1, &["~/s", "HOME is not set"]);
+    let mut command = ws.command(&["--store", "~", "run", "hi"]);
+    command.env("HOME", "");
+    run_command(command).assert_failure(1, &["HOME is not set"]);
+    assert!(!ws.path().join("~").exists(), "no folder named ~");
+    assert!(!ws.store_dir().exists(), "the default store was not used");
+
+    let help = ws.run(&["--help"]).assert_success().stdout;
+    assert!(help.contains("~/"), "--help says how ~ is read:\n{help}");
+}

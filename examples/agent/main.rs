@@ -12,8 +12,10 @@
 //!
 //! Every conversation is a session of the `agent-session` crate, kept in a
 //! [`FileSessionStore`] (`.agent-session/sessions` under the current directory, or
-//! `--store DIR`, or `$AGENT_SESSION_STORE`). `chat`, `run` and `script` start a new
-//! session, or continue one with `--resume ID` or the most recent one with `--continue`.
+//! `--store DIR`, or `$AGENT_SESSION_STORE`; in both, a leading `~` or `~/` means `$HOME`
+//! even where no shell expanded it, and `~NAME` is refused). `chat`, `run` and `script`
+//! start a new session, or continue one with `--resume ID` or the most recent one with
+//! `--continue`.
 //! The session id is printed on stderr when a command starts (`session: ID (new)`).
 //!
 //! # A session's life
@@ -120,7 +122,7 @@ step of a turn; if the agent is killed or interrupted mid-turn, the tool calls t
 running are recorded as interrupted (and named on the next resume), never run again.
 
 Environment:
-  AGENT_SESSION_STORE                    the session folder (like --store)
+  AGENT_SESSION_STORE                    the session folder (like --store; ~/ means $HOME)
   OPENAI_API_KEY, AGENT_SESSION_API_KEY  use the OpenAI-compatible engine
   OPENAI_BASE_URL                        its endpoint [default: https://api.openai.com/v1]
   AGENT_SESSION_MODEL, OPENAI_MODEL      its model [default: gpt-4o-mini]
@@ -147,7 +149,7 @@ struct Cli {
         long,
         global = true,
         value_name = "DIR",
-        help = "The folder sessions are saved in [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
+        help = "The folder sessions are saved in; a leading ~/ means $HOME [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
     )]
     store: Option<PathBuf>,
 
@@ -377,14 +379,13 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
-    let store_dir = cli
-        .store
-        .or_else(|| {
-            std::env::var_os("AGENT_SESSION_STORE")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STORE));
+    let store_dir = match cli.store {
+        Some(dir) => expand_home(dir, "--store")?,
+        None => match std::env::var_os("AGENT_SESSION_STORE").filter(|v| !v.is_empty()) {
+            Some(dir) => expand_home(PathBuf::from(dir), "AGENT_SESSION_STORE")?,
+            None => PathBuf::from(DEFAULT_STORE),
+        },
+    };
     match cli.command {
         Command::Sessions(command) => sessions(&store_dir, command),
         Command::Chat { resume } => {
@@ -414,6 +415,37 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             app.run(&resume, &prompts, true).await
         }
     }
+}
+
+/// A store path with a leading `~` or `~/` read as `$HOME`, as a shell would have: no shell
+/// expands `--store=~/x`, a quoted `'~/x'`, or a variable set to `~/x`, and a folder
+/// literally named `~` is never what was meant. `~user` is refused rather than looked up;
+/// `source` names where the path came from.
+fn expand_home(path: PathBuf, source: &str) -> Result<PathBuf, Failure> {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+    let Some(rest) = path.as_os_str().as_bytes().strip_prefix(b"~") else {
+        return Ok(path);
+    };
+    if !rest.is_empty() && !rest.starts_with(b"/") {
+        return Err(format!(
+            "the store path {} ({source}) starts with ~NAME, another user's home, which the agent does not look up: write the path out (/home/NAME/...), or write ./{} for a folder whose name starts with ~",
+            path.display(),
+            path.display()
+        )
+        .into());
+    }
+    let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) else {
+        return Err(format!(
+            "the store path {} ({source}) starts with ~, but HOME is not set: write the path out in full",
+            path.display()
+        )
+        .into());
+    };
+    let mut expanded = home.into_vec();
+    expanded.extend_from_slice(rest);
+    Ok(PathBuf::from(OsString::from_vec(expanded)))
 }
 
 /// `sessions ...`: only `import` creates the store folder.
