@@ -321,7 +321,7 @@ fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<(), Failure> 
     if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
         eprintln!(
             "warning: could not sync {} after writing the bundle: {e}",
-            dir.display()
+            display::path(dir)
         );
     }
     Ok(())
