@@ -945,7 +945,8 @@ fn a_process_killed_mid_turn_keeps_its_steps_and_reports_the_running_tool_on_res
     // Resuming says so, and does not run the tool again.
     let out = ws.run(&["run", "-c", "calc 2+2"]).assert_success();
     assert!(
-        out.stderr.contains("interrupted and not run again: wait"),
+        out.stderr
+            .contains("(they may have run), and they were not run again: wait"),
         "{out:#?}"
     );
     assert!(!out.stderr.contains("[tool] wait"), "{out:#?}");
@@ -2564,4 +2565,138 @@ fn a_store_path_starting_with_a_tilde_means_home_and_never_a_folder_named_tilde(
 
     let help = ws.run(&["--help"]).assert_success().stdout;
     assert!(help.contains("~/"), "--help says how ~ is read:\n{help}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 12: times in the future, cursors past year 9999, a step whose save failed, a store
+// path that is a link.
+// ---------------------------------------------------------------------------------------
+
+/// Saves into the workspace's store a copy of `snapshot` updated at `updated` (a time the
+/// builder refuses when it is in the future, so the JSON is edited, as a stored file from
+/// a machine whose clock was ahead would have it).
+fn store_updated_at(ws: &Workspace, name: &str, updated: chrono::DateTime<chrono::Utc>) {
+    let built = SessionSnapshot::builder(SessionId::parse(name).expect("id"), "m")
+        .transcript(vec![agent_session::Message::user(format!("about {name}"))])
+        .timestamps(
+            chrono::DateTime::<chrono::Utc>::from_timestamp(0, 0).expect("1970"),
+            chrono::Utc::now(),
+        )
+        .build()
+        .expect("build");
+    let mut value: Value = serde_json::from_slice(&built.to_json().expect("encode")).expect("json");
+    value["updated_at"] = json!(updated);
+    let snapshot = SessionSnapshot::from_json(value.to_string().as_bytes()).expect("decode");
+    std::fs::create_dir_all(ws.store_dir()).expect("store dir");
+    ws.store().save(&snapshot).expect("save");
+}
+
+#[test]
+fn a_session_updated_in_the_future_is_listed_last_marked_and_never_continued_or_pruned() {
+    let (ws, used, _) = workspace_with_a_session();
+    store_updated_at(
+        &ws,
+        "clock-was-ahead",
+        chrono::Utc::now() + chrono::Duration::days(2),
+    );
+    let list = ws.run(&["sessions", "list"]).assert_success();
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    assert!(lines[1].starts_with(&used), "{list:#?}");
+    assert!(lines[2].starts_with("clock-was-ahead"), "{list:#?}");
+    assert!(lines[2].contains("[updated in the future"), "{list:#?}");
+    // --continue takes the session just used.
+    let out = ws.run(&["run", "--continue", "calc 2+2"]).assert_success();
+    assert_eq!(out.session_id(), used);
+    // prune --max-count 1 keeps the session just used, and cannot date the other.
+    let out = ws
+        .run(&["sessions", "prune", "--max-count", "1"])
+        .assert_success();
+    assert!(out.stderr.contains("kept clock-was-ahead"), "{out:#?}");
+    assert_eq!(ws.session_ids().len(), 2, "nothing was deleted");
+}
+
+/// Issue 12, item 11: the cursor printed for a page must be accepted back.
+#[test]
+fn a_cursor_past_year_9999_is_printed_in_a_form_that_is_accepted_back() {
+    let ws = Workspace::new();
+    let far =
+        chrono::DateTime::<chrono::Utc>::from_timestamp(253_402_300_800, 0).expect("year 10000");
+    store_updated_at(&ws, "far-ahead", far);
+    store_updated_at(&ws, "further-ahead", far + chrono::Duration::days(1));
+    let first = ws
+        .run(&["sessions", "list", "--limit", "1"])
+        .assert_success();
+    let more = first
+        .stderr
+        .lines()
+        .find_map(|line| line.split("--after ").nth(1))
+        .unwrap_or_else(|| panic!("no cursor printed: {first:#?}"))
+        .trim()
+        .to_owned();
+    assert!(!more.contains("+10000"), "{more}");
+    let next = ws
+        .run(&["sessions", "list", "--limit", "1", "--after", &more])
+        .assert_success();
+    assert!(next.stdout.contains("far-ahead"), "{next:#?}");
+}
+
+/// Issue 12, item 16: when the save after a step fails (here another writer saved the
+/// session while the tool ran), the message says the tool ran and how it is recorded.
+#[test]
+fn a_step_that_could_not_be_saved_is_reported_as_run_but_not_saved() {
+    let (ws, id, _) = workspace_with_a_session();
+    let (mut child, rx) = spawn_until(&ws, &["run", "--continue", "wait 2"], "[tool] wait");
+    // Another writer changes the session while the tool runs.
+    let store = ws.store();
+    let loaded = store
+        .load(&SessionId::parse(&id).expect("id"))
+        .expect("load");
+    let mut session = agent_session::Session::restore(loaded, NoEngine, None).expect("restore");
+    session
+        .metadata_mut()
+        .insert("elsewhere".to_owned(), json!(true));
+    store
+        .save(&session.snapshot())
+        .expect("the other writer saves");
+    let status = wait_for(&mut child, Duration::from_secs(30));
+    let stderr: Vec<String> = rx.iter().collect();
+    let stderr = stderr.join("\n");
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("changed by another writer"), "{stderr}");
+    assert!(
+        stderr.contains("it ran, its result was not saved, and it will not be run again"),
+        "{stderr}"
+    );
+    let stored = ws.load(&id);
+    let record = stored.tool_calls().last().expect("the wait call");
+    assert_eq!(record.tool_name, "wait");
+    assert_eq!(record.status, ToolCallStatus::Interrupted);
+    let text = stored
+        .tool_result(record)
+        .and_then(|r| r.output.as_text())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(text.contains("may have run"), "{text}");
+}
+
+struct NoEngine;
+
+impl agent_session::Engine for NoEngine {
+    async fn complete(
+        &mut self,
+        _: agent_session::CompletionRequest<'_>,
+    ) -> Result<agent_session::Completion, agent_session::BoxError> {
+        Err("not used".into())
+    }
+}
+
+/// Issue 12, item 16: `--store` naming a link said "not a directory".
+#[test]
+fn a_store_path_that_is_a_symbolic_link_is_called_one() {
+    let (ws, _, _) = workspace_with_a_session();
+    std::os::unix::fs::symlink(ws.store_dir(), ws.path().join("link")).expect("symlink");
+    let out = ws.run(&["--store", "link", "sessions", "list"]);
+    assert_ne!(out.code, Some(0), "{out:#?}");
+    assert!(out.stderr.contains("symbolic link"), "{out:#?}");
+    assert!(!out.stderr.contains("not a directory"), "{out:#?}");
 }

@@ -14,7 +14,8 @@ use agent_session::{
 const TITLE_WIDTH: usize = 50;
 
 /// The table of readable sessions, newest first (the order the store gives). After the
-/// title: `[archived]` for an archived session, `[fork of PARENT@N]` for a fork that
+/// title: `[archived]` for an archived session, `[updated in the future: …]` for one whose
+/// time is later than the clock allows (listed last), `[fork of PARENT@N]` for a fork that
 /// started with the first N messages of PARENT.
 pub fn session_table(list: &SessionList) -> String {
     let id_width = list
@@ -40,6 +41,10 @@ pub fn session_table(list: &SessionList) -> String {
         }
         if s.archived {
             shown.push_str("  [archived]");
+        }
+        if s.is_updated_in_the_future() {
+            // Listed last, whatever its time says; see CLOCK_SKEW_TOLERANCE.
+            shown.push_str("  [updated in the future: a clock was ahead]");
         }
         if let Some(lineage) = &s.lineage {
             let _ = write!(

@@ -183,6 +183,13 @@ pub fn prune(
     for e in &report.unreadable {
         eprintln!("unreadable (left alone): {}", chain(e));
     }
+    for summary in &report.in_the_future {
+        eprintln!(
+            "kept {}: updated {}, later than this machine's clock allows, so its age is unknown (save it again to give it the current time)",
+            summary.id,
+            summary.updated_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        );
+    }
     let count = report.pruned.len();
     if report.dry_run {
         println!(
@@ -361,6 +368,14 @@ pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failur
     })?;
     for session in &imported {
         println!("imported {} as {}", session.from, session.id);
+        if let Some((created, updated)) = session.clamped_from {
+            eprintln!(
+                "note: {} was created or updated later than this machine's clock allows ({}, {}); those times were set to now",
+                session.id,
+                created.format("%Y-%m-%d %H:%M:%S UTC"),
+                updated.format("%Y-%m-%d %H:%M:%S UTC"),
+            );
+        }
     }
     eprintln!(
         "imported {} session(s) into {}",

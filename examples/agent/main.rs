@@ -888,7 +888,7 @@ impl App {
         let saved = if session.has_unsaved_changes() {
             self.harness.save_session(session).map(|_| ()).map_err(|e| {
                 Failure::Error(format!(
-                    "could not save session {}: {}; the store keeps the state of the last saved step",
+                    "could not save session {}: {}; the store keeps the state of the last saved step, where a tool call that ran after it is recorded as interrupted (it ran, its result was not saved, and it will not be run again)",
                     session.id(),
                     chain(&e)
                 ))
@@ -925,8 +925,9 @@ impl App {
     }
 }
 
-/// Names the tool calls of the session's last turn that were cut short (by Ctrl-C, or by a
-/// crash while they ran): they were not run again.
+/// Names the tool calls of the session's last turn that were cut short (by Ctrl-C, by a
+/// crash while they ran, or by a save of their results that failed): they may have run, and
+/// were not run again.
 fn report_interrupted(session: &Session<AnyEngine>) {
     let last_prompt = session
         .transcript()
@@ -947,7 +948,7 @@ fn report_interrupted(session: &Session<AnyEngine>) {
         .collect();
     if !cut.is_empty() {
         eprintln!(
-            "note: the last turn was cut short; these tool calls were interrupted and not run again: {}",
+            "note: the last turn was cut short; no result was saved for these tool calls (they may have run), and they were not run again: {}",
             cut.join(", ")
         );
     }
