@@ -410,7 +410,7 @@ fn script(transcript: &[Message]) -> Message {
                         "calculator",
                         json!({ "expression": expression }),
                     );
-                    Message::assistant(vec![ContentBlock::ToolCall(call)])
+                    Message::assistant(vec![ContentBlock::tool_call(call)])
                 }
                 None => say(
                     "I am an offline scripted model: ask me something like \"What is 6 * 7?\""

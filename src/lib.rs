@@ -121,6 +121,7 @@ mod snapshot;
 mod store;
 mod transcript;
 mod usage;
+mod window;
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
 pub use clock::CLOCK_SKEW_TOLERANCE;

@@ -490,7 +490,7 @@ impl<E: Engine> Session<E> {
                 .enumerate()
                 .filter_map(|(block, b)| match b {
                     ContentBlock::ToolCall(call) => Some(PendingCall {
-                        call: call.clone(),
+                        call: (**call).clone(),
                         at: BlockPosition {
                             message: message_index,
                             block,

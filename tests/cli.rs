@@ -2265,7 +2265,7 @@ fn hostile_snapshot(id: &str) -> SessionSnapshot {
         .system_prompt("be \u{1b}[8mhidden\u{7f}")
         .transcript(vec![
             Message::user("hello\u{202e}dlrow"),
-            Message::assistant(vec![ContentBlock::ToolCall(call)]),
+            Message::assistant(vec![ContentBlock::tool_call(call)]),
             Message::tool_result(ToolResult::error("call_1", "cut\u{1b}[31m short")),
         ])
         .interrupted("call_1")
@@ -2354,7 +2354,7 @@ fn sessions_show_pairs_reused_tool_call_ids_by_position() {
     // Some servers number calls per response, so `call_0` comes back in every step.
     let ws = Workspace::new();
     let calc = |expression: &str| {
-        Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+        Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
             "call_0",
             "calculator",
             json!({ "expression": expression }),

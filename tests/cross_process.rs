@@ -177,9 +177,9 @@ fn parent_script() -> Vec<agent_session::Completion> {
             value: json!({"type": "thinking", "thinking": "2+2…", "signature": "EqQBCgIYAh=="}),
         },
         ContentBlock::Text(cited),
-        ContentBlock::ToolCall(raw_call),
+        ContentBlock::tool_call(raw_call),
     ]);
-    let mut wait = Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+    let mut wait = Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
         "c4",
         "wait",
         json!({}),

@@ -808,7 +808,7 @@ fn three_session_bundle() -> (Vec<u8>, Vec<SessionSnapshot>) {
             .metadata_entry("ratio", json!(0.1))
             .transcript(vec![
                 Message::user("What is 2+2?"),
-                Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+                Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
                     "c1",
                     "calculator",
                     json!({"expression": "2+2"}),
@@ -1268,7 +1268,7 @@ fn long_transcript(turns: usize) -> Vec<Message> {
             )),
             Message::assistant(vec![
                 ContentBlock::text("Let me calculate that."),
-                ContentBlock::ToolCall(ToolCall::new(
+                ContentBlock::tool_call(ToolCall::new(
                     format!("call_{t}"),
                     "calculator",
                     json!({"expression": format!("{t}*{}", t + 1)}),

@@ -374,7 +374,7 @@ impl SessionSpec {
                     Err(raw) => ToolCall::with_raw_arguments(&call_id, &call.name, raw.clone()),
                 };
                 tool_call.extra.clone_from(&call.call_extra);
-                reply.push(ContentBlock::ToolCall(tool_call));
+                reply.push(ContentBlock::tool_call(tool_call));
                 let mut result = match call.outcome {
                     Outcome::Ok => ToolResult::new(&call_id, call.output.clone()),
                     Outcome::Error | Outcome::Interrupted => {
@@ -391,7 +391,7 @@ impl SessionSpec {
             results.sort_by_key(|(order, _)| *order);
             let results = results.into_iter().map(|(_, result)| result);
             if turn.results_in_one_message {
-                let blocks: Vec<ContentBlock> = results.map(ContentBlock::ToolResult).collect();
+                let blocks: Vec<ContentBlock> = results.map(ContentBlock::tool_result).collect();
                 if !blocks.is_empty() {
                     transcript.push(Message::new(Role::User, blocks));
                 }

@@ -23,7 +23,7 @@ fn leaky_script() -> Vec<Completion> {
     );
     vec![
         Completion::new(
-            Message::assistant(vec![ContentBlock::ToolCall(call)]),
+            Message::assistant(vec![ContentBlock::tool_call(call)]),
             usage(10, 5, "0.00001"),
         ),
         reply(&format!("Your key {SECRET} is now in my reply."), "0.00001"),

@@ -602,7 +602,7 @@ async fn engine_message_with_a_non_assistant_role_is_refused() {
 async fn engine_assistant_message_carrying_a_tool_result_is_refused() {
     let message = Message::assistant(vec![
         ContentBlock::text("here is a result I made up"),
-        ContentBlock::ToolResult(ToolResult::new("made-up", "1")),
+        ContentBlock::tool_result(ToolResult::new("made-up", "1")),
     ]);
     let engine = ScriptedEngine::new([agent_session::Completion::new(message, usage(1, 1, "0"))]);
     let mut session =
@@ -629,7 +629,7 @@ async fn send_message_with_tool_blocks_is_an_invalid_argument() {
         Role::User,
         vec![
             ContentBlock::text("here is a result"),
-            ContentBlock::ToolResult(ToolResult::new("x1", "42")),
+            ContentBlock::tool_result(ToolResult::new("x1", "42")),
         ],
     );
     let err = session
@@ -641,7 +641,7 @@ async fn send_message_with_tool_blocks_is_an_invalid_argument() {
 
     let with_call = Message::new(
         Role::User,
-        vec![ContentBlock::ToolCall(ToolCall::new(
+        vec![ContentBlock::tool_call(ToolCall::new(
             "x2",
             "calculator",
             json!({}),

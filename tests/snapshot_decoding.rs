@@ -883,7 +883,7 @@ fn snapshot_written_as_a_json_array_is_refused() {
 #[test]
 fn one_call_among_several_with_the_same_id_can_be_marked_interrupted() {
     let call = || {
-        Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+        Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
             "call_0",
             "f",
             json!({}),
@@ -943,8 +943,8 @@ fn one_call_among_several_with_the_same_id_can_be_marked_interrupted() {
 /// Issue 12, item 16: the builder refuses the roles a load refuses.
 #[test]
 fn the_builder_refuses_tool_blocks_in_roles_no_provider_accepts() {
-    let call = ContentBlock::ToolCall(ToolCall::new("c1", "f", json!({})));
-    let result = ContentBlock::ToolResult(ToolResult::new("c1", "x"));
+    let call = ContentBlock::tool_call(ToolCall::new("c1", "f", json!({})));
+    let result = ContentBlock::tool_result(ToolResult::new("c1", "x"));
     for transcript in [
         vec![
             Message::new(agent_session::Role::User, vec![call.clone()]),
@@ -1936,8 +1936,8 @@ mod support {
                 Message::user("Please add 2+2 and list files"),
                 Message::assistant(vec![
                     ContentBlock::text("On it."),
-                    ContentBlock::ToolCall(ToolCall::new("c1", "calc", json!({"expr": "2+2"}))),
-                    ContentBlock::ToolCall(ToolCall::with_raw_arguments(
+                    ContentBlock::tool_call(ToolCall::new("c1", "calc", json!({"expr": "2+2"}))),
+                    ContentBlock::tool_call(ToolCall::with_raw_arguments(
                         "c2",
                         "ls",
                         "{\"dir\": \".\"}",

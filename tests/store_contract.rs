@@ -742,7 +742,7 @@ fn rich_snapshot_helper_exercises_every_block_kind() {
     // And a call whose result is missing is refused by the builder, so the helper cannot
     // produce a snapshot the stores would have to reject.
     assert!(SessionSnapshot::builder(id("x"), "m")
-        .transcript(vec![Message::assistant(vec![ContentBlock::ToolCall(
+        .transcript(vec![Message::assistant(vec![ContentBlock::tool_call(
             ToolCall::new("c", "f", json!({}))
         )])])
         .build()
@@ -2834,13 +2834,13 @@ mod support {
                 Message::user("Line one\nline\ttwo \u{0} nul \u{202e} bidi 🦀 \"quoted\" \\"),
                 Message::assistant(vec![
                     ContentBlock::Text(cited),
-                    ContentBlock::ToolCall(ToolCall::new("c1", "calc", json!({"expr": "2+2"}))),
-                    ContentBlock::ToolCall(ToolCall::with_raw_arguments(
+                    ContentBlock::tool_call(ToolCall::new("c1", "calc", json!({"expr": "2+2"}))),
+                    ContentBlock::tool_call(ToolCall::with_raw_arguments(
                         "c2",
                         "shell",
                         "{\"cmd\":   \"ls\" }",
                     )),
-                    ContentBlock::ToolCall(ToolCall::new("c3", "slow", json!(null))),
+                    ContentBlock::tool_call(ToolCall::new("c3", "slow", json!(null))),
                     ContentBlock::Other {
                         value: json!({"type": "image", "source": {"data": "AAAA"}}),
                     },

@@ -80,7 +80,7 @@ fn answer(text: &str) -> Completion {
 
 fn calls(arguments: Value) -> Completion {
     Completion::new(
-        Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+        Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
             "c1", "echo", arguments,
         ))]),
         Usage::new("m").with_tokens(10, 2),
@@ -411,7 +411,7 @@ fn provider_codecs_refuse_messages_too_deep_without_copying_them() {
         assert!(matches!(err, Error::Conversion { .. }), "{levels}: {err:?}");
         unnest(anthropic["content"][0]["input"].take());
 
-        let built = Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+        let built = Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
             "t",
             "n",
             nested(levels),

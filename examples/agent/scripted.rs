@@ -135,7 +135,7 @@ fn call_tool(request: &CompletionRequest<'_>, name: &str, arguments: Value) -> M
         .map(|n| format!("scripted_{n}"))
         .find(|id| !used.contains(&id.as_str()))
         .unwrap_or_else(|| "scripted_0".to_owned());
-    Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+    Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
         id, name, arguments,
     ))])
 }

@@ -635,7 +635,7 @@ fn journal_turn(i: usize, flags: u8, text: &str) -> (Vec<Message>, Vec<Usage>) {
         let call = format!("call_{i}");
         messages.push(Message::assistant(vec![
             ContentBlock::text(text),
-            ContentBlock::ToolCall(ToolCall::new(
+            ContentBlock::tool_call(ToolCall::new(
                 call.clone(),
                 "lookup",
                 json!({ "query": text, "turn": i }),

@@ -23,6 +23,7 @@ use super::{
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
 use crate::snapshot::{Counts, SessionSnapshot};
+use crate::window;
 
 /// The default largest snapshot file the store reads or writes: 256 MiB.
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
@@ -42,6 +43,10 @@ const TEMP_SUFFIX: &str = ".tmp";
 /// Why [`FileSessionStore::read_checked`] gave up: the file under the name changed at
 /// every attempt (saves replacing it back to back, or links being planted).
 const NAME_KEPT_CHANGING: &str = "the name kept pointing at another file while it was read; if another program writes the store, retry, otherwise look for planted links";
+/// Base snapshots up to this size are read whole before they are decoded; larger ones a
+/// window at a time (`window.rs`), so a load's peak memory is the session it builds plus a
+/// window, not plus the file.
+const WHOLE_READ_BYTES: u64 = 256 * 1024;
 /// How much of a base snapshot a save reads to find its header.
 const HEAD_BYTES: usize = 4096;
 /// A journal is folded into a new base snapshot once it would grow past the larger of
@@ -546,11 +551,34 @@ impl FileSessionStore {
         limit: u64,
         head: bool,
     ) -> Result<Option<(Vec<u8>, Metadata)>> {
+        self.read_checked_with(path, limit, |file, meta| {
+            read_bytes(file, meta, path, limit, head)
+        })
+    }
+
+    /// [`read_checked`](Self::read_checked), with `read` reading the open file (checked,
+    /// and within `limit`) into whatever it makes of it. If the name no longer leads to
+    /// the file read (a save replaced it meanwhile), it is opened and read again, whatever
+    /// `read` answered.
+    fn read_checked_with<T>(
+        &self,
+        path: &Path,
+        limit: u64,
+        mut read: impl FnMut(&mut File, &Metadata) -> Result<T>,
+    ) -> Result<Option<(T, Metadata)>> {
         const ATTEMPTS: usize = 3;
         for _ in 0..ATTEMPTS {
-            let Some((bytes, file)) = self.read_file(path, limit, head)? else {
+            let Some((mut file, meta)) = self.open_checked(path, false)? else {
                 return Ok(None);
             };
+            if meta.len() > limit {
+                return Err(Error::TooLarge {
+                    path: path.to_path_buf(),
+                    size_bytes: meta.len(),
+                    limit_bytes: limit,
+                });
+            }
+            let value = read(&mut file, &meta);
             let opened = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
             match self.fs.symlink_metadata(path) {
                 // The link count is read again through the open file: a path lookup can
@@ -565,7 +593,7 @@ impl FileSessionStore {
                             .nlink()
                             == 1 =>
                 {
-                    return Ok(Some((bytes, opened)));
+                    return value.map(|value| Some((value, opened)));
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -575,6 +603,36 @@ impl FileSessionStore {
         Err(Error::Insecure {
             path: path.to_path_buf(),
             reason: NAME_KEPT_CHANGING,
+        })
+    }
+
+    /// Reads and decodes the base snapshot at `path` (not yet validated) a window at a time,
+    /// so a load never holds the file's bytes and the session they make at once; a file not
+    /// in the shape this crate writes is read whole by the ordinary decoder instead.
+    fn read_base(&self, path: &Path) -> Result<Option<(SessionSnapshot, Metadata)>> {
+        let limit = self.max_snapshot_bytes;
+        self.read_checked_with(path, limit, |file, meta| {
+            // A small file is read whole, which is quicker (measured: a 10-message session
+            // loaded in 30 us through windows, 20 us whole), and holds little.
+            let decoded = if meta.len() <= WHOLE_READ_BYTES {
+                read_bytes(file, meta, path, limit, false)
+                    .and_then(|bytes| SessionSnapshot::decode_unvalidated(&bytes))
+            } else {
+                match window::decode(file, meta.len(), limit) {
+                    Ok(Some(snapshot)) => return Ok(snapshot),
+                    Ok(None) => {
+                        let bytes = read_bytes(file, meta, path, limit, false)?;
+                        SessionSnapshot::decode_unvalidated(&bytes)
+                    }
+                    Err(window::Failure::TooLarge) => Err(Error::TooLarge {
+                        path: path.to_path_buf(),
+                        size_bytes: limit.saturating_add(1),
+                        limit_bytes: limit,
+                    }),
+                    Err(window::Failure::Io(e)) => Err(Error::io("read", path, e)),
+                }
+            };
+            decoded.map_err(|e| e.at(&Location::file(path)))
         })
     }
 
@@ -639,38 +697,6 @@ impl FileSessionStore {
         Ok(())
     }
 
-    /// One read of `path`: its bytes (the first [`HEAD_BYTES`] with `head`) and the open
-    /// file they came from.
-    fn read_file(&self, path: &Path, limit: u64, head: bool) -> Result<Option<(Vec<u8>, File)>> {
-        let Some((mut file, meta)) = self.open_checked(path, false)? else {
-            return Ok(None);
-        };
-        let too_large = |size_bytes| Error::TooLarge {
-            path: path.to_path_buf(),
-            size_bytes,
-            limit_bytes: limit,
-        };
-        if meta.len() > limit {
-            return Err(too_large(meta.len()));
-        }
-        let cap = if head {
-            HEAD_BYTES as u64
-        } else {
-            // The file may grow between fstat and read; never read more than the limit.
-            limit.saturating_add(1)
-        };
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(cap)).unwrap_or(0));
-        (&mut file)
-            .take(cap)
-            .read_to_end(&mut bytes)
-            .map_err(|e| Error::io("read", path, e))?;
-        let read = bytes.len() as u64;
-        if !head && read > limit {
-            return Err(too_large(read));
-        }
-        Ok(Some((bytes, file)))
-    }
-
     /// Reads and verifies the state of `id` (its base snapshot and the records of its
     /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
     fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
@@ -721,21 +747,16 @@ impl FileSessionStore {
             // Until the attempt under the lock, a base replaced at every look is a reason
             // to read again, not yet an error.
             let retry_on_change = !locked && lock.is_none();
-            let Some((bytes, base)) =
-                (match self.read_checked(&path, self.max_snapshot_bytes, false) {
-                    Err(Error::Insecure { reason, .. })
-                        if retry_on_change && reason == NAME_KEPT_CHANGING =>
-                    {
-                        continue
-                    }
-                    read => read?,
-                })
-            else {
+            let Some((mut snapshot, base)) = (match self.read_base(&path) {
+                Err(Error::Insecure { reason, .. })
+                    if retry_on_change && reason == NAME_KEPT_CHANGING =>
+                {
+                    continue
+                }
+                read => read?,
+            }) else {
                 return Ok(None);
             };
-            let mut snapshot = SessionSnapshot::decode_unvalidated(&bytes)
-                .map_err(|e| e.at(&Location::file(&path)))?;
-            drop(bytes);
             check_embedded_id(&path, id, snapshot.id())?;
             let base_revision = snapshot.revision();
             let mut journal_stamp = None;
@@ -1324,9 +1345,8 @@ impl FileSessionStore {
                 return Some(summary.clone());
             }
         }
-        let (bytes, file) = self
-            .read_file(&summary_path, MAX_SUMMARY_BYTES, false)
-            .ok()??;
+        let (mut file, meta) = self.open_checked(&summary_path, false).ok()??;
+        let bytes = read_bytes(&mut file, &meta, &summary_path, MAX_SUMMARY_BYTES, false).ok()?;
         let summary = summary::decode(&bytes, id, &base, journal.as_ref())?;
         // Remembered only if what was read is the version stamped above.
         let read = file.metadata().ok().map(|m| Stamp::of(&m));
@@ -1838,6 +1858,36 @@ fn not_a_marker(path: PathBuf) -> Error {
         path,
         reason: "it is a directory, not the empty archive marker this store writes, and it makes listings show the session as archived; remove it",
     }
+}
+
+/// Reads the open `file` at `path` (checked, `meta` its metadata): its first
+/// [`HEAD_BYTES`] with `head`, otherwise all of it, refusing more than `limit` bytes.
+fn read_bytes(
+    file: &mut File,
+    meta: &Metadata,
+    path: &Path,
+    limit: u64,
+    head: bool,
+) -> Result<Vec<u8>> {
+    let cap = if head {
+        HEAD_BYTES as u64
+    } else {
+        // The file may grow between fstat and read; never read more than the limit.
+        limit.saturating_add(1)
+    };
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(cap)).unwrap_or(0));
+    file.take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    let read = bytes.len() as u64;
+    if !head && read > limit {
+        return Err(Error::TooLarge {
+            path: path.to_path_buf(),
+            size_bytes: read,
+            limit_bytes: limit,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Whether a file mode gives group and others no access at all.

@@ -73,7 +73,7 @@ fn decode_block(block: Value) -> Result<ContentBlock> {
             let input = object
                 .remove("input")
                 .ok_or_else(|| conversion(PROVIDER, format!("tool_use {id:?} has no `input`")))?;
-            Ok(ContentBlock::ToolCall(ToolCall {
+            Ok(ContentBlock::tool_call(ToolCall {
                 id,
                 name,
                 arguments: ToolArguments::Json(input),
@@ -119,7 +119,7 @@ fn decode_block(block: Value) -> Result<ContentBlock> {
                     ))
                 }
             };
-            Ok(ContentBlock::ToolResult(ToolResult {
+            Ok(ContentBlock::tool_result(ToolResult {
                 call_id,
                 output,
                 is_error,

@@ -165,7 +165,7 @@ mod tests {
             "c",
             ToolOutput::Blocks(vec![
                 ContentBlock::text("a"),
-                ContentBlock::ToolResult(ToolResult::new(
+                ContentBlock::tool_result(ToolResult::new(
                     "inner",
                     ToolOutput::Blocks(vec![ContentBlock::Other { value: nested(5) }]),
                 )),
@@ -177,13 +177,13 @@ mod tests {
         let mut messages = vec![
             Message::user("plain"),
             Message::new(super::super::Role::User, Vec::new()),
-            Message::assistant(vec![ContentBlock::ToolCall(with_wire)]),
-            Message::assistant(vec![ContentBlock::ToolCall(with_function_extra)]),
+            Message::assistant(vec![ContentBlock::tool_call(with_wire)]),
+            Message::assistant(vec![ContentBlock::tool_call(with_function_extra)]),
             Message::tool_result(result),
             Message::assistant(vec![ContentBlock::Text(text)]),
             Message::assistant(vec![ContentBlock::Other { value: json!(null) }]),
             Message::assistant(vec![ContentBlock::Other { value: json!([]) }]),
-            Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new(
+            Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
                 "e",
                 "t",
                 nested(20),
@@ -193,7 +193,7 @@ mod tests {
         with_extra.extra.insert("name".into(), nested(6));
         messages.push(with_extra);
         let mut with_role = Message::system("x");
-        with_role.wire.role = Some("developer".into());
+        with_role.wire.role = Some(super::super::RoleAlias::Developer);
         messages.push(with_role);
         for message in &messages {
             assert_eq!(message_depth(message), scanned(message), "{message:?}");
@@ -207,8 +207,9 @@ mod tests {
         for _ in 0..200_000 {
             value = Value::Array(vec![value]);
         }
-        let message =
-            Message::assistant(vec![ContentBlock::ToolCall(ToolCall::new("c", "t", value))]);
+        let message = Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
+            "c", "t", value,
+        ))]);
         assert_eq!(message_depth(&message), 3 + 200_000);
         dismantle_message(message);
     }

@@ -55,7 +55,7 @@ pub enum Role {
 ///
 /// let reply = Message::assistant(vec![
 ///     ContentBlock::text("Let me look."),
-///     ContentBlock::ToolCall(ToolCall::new("call_1", "read_file", json!({"path": "a.rs"}))),
+///     ContentBlock::tool_call(ToolCall::new("call_1", "read_file", json!({"path": "a.rs"}))),
 /// ]);
 /// assert_eq!(reply.text(), "Let me look.");
 /// assert_eq!(reply.tool_calls().count(), 1);
@@ -123,7 +123,7 @@ impl Message {
     /// A [`Role::Tool`] message carrying one tool result.
     #[must_use]
     pub fn tool_result(result: ToolResult) -> Self {
-        Message::new(Role::Tool, vec![ContentBlock::ToolResult(result)])
+        Message::new(Role::Tool, vec![ContentBlock::tool_result(result)])
     }
 
     /// The message's text blocks joined with newlines.
@@ -144,7 +144,7 @@ impl Message {
     /// The tool calls this message makes, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
         self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolCall(call) => Some(call),
+            ContentBlock::ToolCall(call) => Some(&**call),
             _ => None,
         })
     }
@@ -152,7 +152,7 @@ impl Message {
     /// The tool results this message carries, in order.
     pub fn tool_results(&self) -> impl Iterator<Item = &ToolResult> {
         self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolResult(result) => Some(result),
+            ContentBlock::ToolResult(result) => Some(&**result),
             _ => None,
         })
     }
@@ -231,10 +231,13 @@ impl Message {
 pub enum ContentBlock {
     /// Text.
     Text(TextBlock),
-    /// The model asks for a tool to be run.
-    ToolCall(ToolCall),
-    /// The result of running a tool.
-    ToolResult(ToolResult),
+    /// The model asks for a tool to be run. Boxed, like [`ToolResult`](Self::ToolResult),
+    /// so that a block is not as large as its largest kind: most blocks are text, and a
+    /// transcript of short messages would otherwise be mostly unused room. Make one with
+    /// [`ContentBlock::tool_call`] or `ToolCall::into()`.
+    ToolCall(Box<ToolCall>),
+    /// The result of running a tool ([`ContentBlock::tool_result`], or `ToolResult::into()`).
+    ToolResult(Box<ToolResult>),
     /// Any other provider block (images, thinking with its signature, refusals, server-side
     /// tool blocks), kept verbatim.
     Other {
@@ -249,6 +252,36 @@ impl ContentBlock {
     #[must_use]
     pub fn text(text: impl Into<String>) -> Self {
         ContentBlock::Text(TextBlock::new(text))
+    }
+
+    /// A tool-call block.
+    #[must_use]
+    pub fn tool_call(call: ToolCall) -> Self {
+        ContentBlock::ToolCall(Box::new(call))
+    }
+
+    /// A tool-result block.
+    #[must_use]
+    pub fn tool_result(result: ToolResult) -> Self {
+        ContentBlock::ToolResult(Box::new(result))
+    }
+}
+
+impl From<TextBlock> for ContentBlock {
+    fn from(text: TextBlock) -> Self {
+        ContentBlock::Text(text)
+    }
+}
+
+impl From<ToolCall> for ContentBlock {
+    fn from(call: ToolCall) -> Self {
+        ContentBlock::tool_call(call)
+    }
+}
+
+impl From<ToolResult> for ContentBlock {
+    fn from(result: ToolResult) -> Self {
+        ContentBlock::tool_result(result)
     }
 }
 
@@ -610,7 +643,44 @@ pub(crate) struct MessageWire {
     pub(crate) tool_calls: ListShape,
     /// The provider's role name when it differs from the neutral one (`developer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) role: Option<String>,
+    pub(crate) role: Option<RoleAlias>,
+}
+
+/// A provider's name for a role that differs from the neutral one. One byte rather than a
+/// string: every message carries the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RoleAlias {
+    /// OpenAI's `developer`, for a system message.
+    Developer,
+}
+
+impl RoleAlias {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RoleAlias::Developer => "developer",
+        }
+    }
+}
+
+impl Serialize for RoleAlias {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RoleAlias {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let alias = String::deserialize(d)?;
+        match alias.as_str() {
+            "developer" => Ok(RoleAlias::Developer),
+            other => Err(serde::de::Error::custom(format!(
+                "the role alias {other:?} is not one a codec records; only a system message may carry the alias \"developer\""
+            ))),
+        }
+    }
 }
 
 impl MessageWire {
@@ -763,8 +833,8 @@ pub(crate) mod tests {
     fn native_form_round_trips() {
         let message = Message::assistant(vec![
             ContentBlock::text("a"),
-            ContentBlock::ToolCall(ToolCall::new("c1", "t", json!({"x": 1.5}))),
-            ContentBlock::ToolCall(ToolCall::with_raw_arguments("c2", "t", "{\"y\":  2}")),
+            ContentBlock::tool_call(ToolCall::new("c1", "t", json!({"x": 1.5}))),
+            ContentBlock::tool_call(ToolCall::with_raw_arguments("c2", "t", "{\"y\":  2}")),
             ContentBlock::Other {
                 value: json!({"type": "thinking", "signature": "abc"}),
             },
@@ -795,9 +865,9 @@ pub(crate) mod tests {
     #[test]
     fn null_input_is_kept_apart_from_absent() {
         let call = ToolCall::new("c", "t", Value::Null);
-        let text = serde_json::to_string(&ContentBlock::ToolCall(call.clone())).unwrap();
+        let text = serde_json::to_string(&ContentBlock::tool_call(call.clone())).unwrap();
         assert!(text.contains("\"input\":null"), "{text}");
         let back: ContentBlock = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, ContentBlock::ToolCall(call));
+        assert_eq!(back, ContentBlock::tool_call(call));
     }
 }

@@ -4,8 +4,8 @@ use serde_json::{Map, Value};
 
 use super::{
     as_object, conversion, json_kind, take_string, ContentBlock, ContentShape, ListShape, Message,
-    MessageWire, Role, TextBlock, ToolArguments, ToolCall, ToolCallWire, ToolOutput, ToolResult,
-    ToolResultWire,
+    MessageWire, Role, RoleAlias, TextBlock, ToolArguments, ToolCall, ToolCallWire, ToolOutput,
+    ToolResult, ToolResultWire,
 };
 use crate::error::Result;
 
@@ -18,7 +18,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
     let role = match role_name.as_str() {
         "system" => Role::System,
         "developer" => {
-            wire.role = Some(role_name.clone());
+            wire.role = Some(RoleAlias::Developer);
             Role::System
         }
         "user" => Role::User,
@@ -55,7 +55,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
                 ))
             }
         };
-        vec![ContentBlock::ToolResult(ToolResult {
+        vec![ContentBlock::tool_result(ToolResult {
             wire: ToolResultWire {
                 output: shape,
                 is_error_present: false,
@@ -98,7 +98,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
                 wire.tool_calls = ListShape::Empty;
             }
             for call in calls {
-                content.push(ContentBlock::ToolCall(decode_tool_call(&call)?));
+                content.push(ContentBlock::tool_call(decode_tool_call(&call)?));
             }
         }
         Some(other) => {
@@ -173,7 +173,7 @@ fn decode_tool_call(call: &Value) -> Result<ToolCall> {
 pub(super) fn encode(message: &Message) -> Result<Value> {
     let mut object = message.extra.clone();
     let role = match (message.role, &message.wire.role) {
-        (_, Some(alias)) => alias.clone(),
+        (_, Some(alias)) => alias.as_str().to_owned(),
         (Role::System, None) => "system".to_owned(),
         (Role::User, None) => "user".to_owned(),
         (Role::Assistant, None) => "assistant".to_owned(),
@@ -341,8 +341,8 @@ mod tests {
         let two = Message::new(
             Role::Tool,
             vec![
-                ContentBlock::ToolResult(ToolResult::new("a", "1")),
-                ContentBlock::ToolResult(ToolResult::new("b", "2")),
+                ContentBlock::tool_result(ToolResult::new("a", "1")),
+                ContentBlock::tool_result(ToolResult::new("b", "2")),
             ],
         );
         assert!(encode(&two).is_err());

@@ -188,14 +188,14 @@ fn tool_calls_with_interrupted() -> SessionSnapshot {
             Message::user("List the files, then read the big one."),
             Message::assistant(vec![
                 ContentBlock::text("Listing first."),
-                ContentBlock::ToolCall(ToolCall::new(
+                ContentBlock::tool_call(ToolCall::new(
                     "call_list",
                     "list_dir",
                     json!({"path": ".", "hidden": false}),
                 )),
             ]),
             Message::tool_result(ToolResult::new("call_list", "a.txt\nbig.bin")),
-            Message::assistant(vec![ContentBlock::ToolCall(ToolCall::with_raw_arguments(
+            Message::assistant(vec![ContentBlock::tool_call(ToolCall::with_raw_arguments(
                 "call_read",
                 "read_file",
                 "{\"path\":  \"big.bin\"}",
@@ -215,9 +215,9 @@ fn tool_call_errors() -> SessionSnapshot {
         .transcript(vec![
             Message::user("Clean up and report."),
             Message::assistant(vec![
-                ContentBlock::ToolCall(ToolCall::new("call_rm", "rm", json!({"path": "/"}))),
-                ContentBlock::ToolCall(ToolCall::new("call_df", "df", json!(null))),
-                ContentBlock::ToolCall(ToolCall::new(
+                ContentBlock::tool_call(ToolCall::new("call_rm", "rm", json!({"path": "/"}))),
+                ContentBlock::tool_call(ToolCall::new("call_df", "df", json!(null))),
+                ContentBlock::tool_call(ToolCall::new(
                     "call_net",
                     "http_get",
                     json!({"url": "https://example.invalid"}),

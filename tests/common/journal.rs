@@ -168,7 +168,7 @@ pub fn turn(i: usize, size: usize) -> Vec<Message> {
         Message::user(filler(i, part)),
         Message::assistant(vec![
             ContentBlock::text(format!("Step {i}: writing the file.")),
-            ContentBlock::ToolCall(ToolCall::new(
+            ContentBlock::tool_call(ToolCall::new(
                 call_id.clone(),
                 "write_file",
                 json!({ "path": format!("src/file_{i}.rs"), "content": filler(i + 1, part) }),

@@ -100,7 +100,7 @@ pub fn reply(text: &str, cost: &str) -> Completion {
 pub fn calculator_calls(calls: &[(&str, &str)], cost: &str) -> Completion {
     let mut content = vec![ContentBlock::text("Let me calculate.")];
     content.extend(calls.iter().map(|(id, expression)| {
-        ContentBlock::ToolCall(ToolCall::new(
+        ContentBlock::tool_call(ToolCall::new(
             *id,
             "calculator",
             json!({ "expression": expression }),
@@ -216,7 +216,7 @@ impl Engine for ToolThenAnswerEngine {
                 json!({ "expression": format!("{n}*{}", n + 1) }),
             );
             Ok(Completion::new(
-                Message::assistant(vec![ContentBlock::ToolCall(call)]),
+                Message::assistant(vec![ContentBlock::tool_call(call)]),
                 usage.with_cost(usd(CALL_COST)),
             ))
         } else {

@@ -1,0 +1,183 @@
+//! The windowed decoder against the whole-document one: the same snapshot for every
+//! document it reads, at every window size and however the reads are cut, and never an
+//! answer of its own for a document it does not read (it falls back instead).
+
+use std::io::{Cursor, Read, Seek, SeekFrom};
+
+use serde_json::{json, Value};
+
+use super::{decode, Window};
+use crate::snapshot::SessionSnapshot;
+use crate::transcript::{ContentBlock, Message, ToolCall, ToolResult};
+use crate::usage::Usage;
+use crate::{Lineage, SessionId};
+
+/// A reader that gives at most `step` bytes per read, to cut values anywhere.
+struct Trickle {
+    inner: Cursor<Vec<u8>>,
+    step: usize,
+}
+
+impl Read for Trickle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.step);
+        self.inner.read(&mut buf[..n])
+    }
+}
+
+impl Seek for Trickle {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.inner.seek(pos)
+    }
+}
+
+/// Decodes `bytes` with reads of `step` bytes and windows of `chunk`.
+fn windowed(bytes: &[u8], step: usize, chunk: usize) -> Option<SessionSnapshot> {
+    let mut reader = Trickle {
+        inner: Cursor::new(bytes.to_vec()),
+        step,
+    };
+    let mut window = Window {
+        reader: &mut reader,
+        buf: Vec::new(),
+        pos: 0,
+        eof: false,
+        read: 0,
+        size: bytes.len() as u64,
+        limit: u64::MAX,
+        chunk,
+    };
+    window.snapshot().ok()
+}
+
+fn documents() -> Vec<(String, Vec<u8>)> {
+    let mut documents = Vec::new();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for version in ["v1", "v2"] {
+        let dir = fixtures.join(version);
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .expect("fixtures")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        files.sort();
+        for file in files {
+            documents.push((
+                file.display().to_string(),
+                std::fs::read(&file).expect("read"),
+            ));
+        }
+    }
+    let id = SessionId::parse("rich").expect("id");
+    let rich = SessionSnapshot::builder(id.clone(), "m")
+        .system_prompt("s")
+        .metadata_entry("title", json!("T \"quoted\" , ] }"))
+        .metadata_entry(
+            "n",
+            json!({"a": [1, 2.5, -0.0, 18_446_744_073_709_551_615_u64]}),
+        )
+        .lineage(Lineage::new(
+            SessionId::parse("parent").expect("id"),
+            crate::Revision::from_u64(3),
+            0,
+            chrono::Utc::now(),
+        ))
+        .transcript(vec![
+            Message::user("a, b ] } \u{e9} \n"),
+            Message::assistant(vec![
+                ContentBlock::text("x"),
+                ContentBlock::tool_call(ToolCall::new("c1", "f", json!({"k": [{}, []]}))),
+                ContentBlock::tool_call(ToolCall::with_raw_arguments("c2", "g", "{\"x\": 1}")),
+            ]),
+            Message::tool_result(ToolResult::new("c1", "ok")),
+            Message::tool_result(ToolResult::error("c2", "bad")),
+        ])
+        .usage(vec![Usage::new("m").with_tokens(1, 2)])
+        .build()
+        .expect("build");
+    documents.push(("rich".to_owned(), rich.to_json().expect("encode")));
+    // The same, pretty and with spaces around everything.
+    let value: Value = serde_json::from_slice(&rich.to_json().expect("encode")).expect("json");
+    documents.push((
+        "pretty".to_owned(),
+        serde_json::to_vec_pretty(&value).expect("pretty"),
+    ));
+    let empty = SessionSnapshot::builder(id, "m").build().expect("build");
+    documents.push(("empty".to_owned(), empty.to_json().expect("encode")));
+    documents
+}
+
+#[test]
+fn every_document_decodes_to_what_the_whole_decoder_gives_at_any_window() {
+    for (what, bytes) in documents() {
+        let whole = SessionSnapshot::decode_unvalidated(&bytes).expect(&what);
+        let current = whole.schema_version() == crate::SCHEMA_VERSION && !what.contains("/v1/");
+        for (step, chunk) in [
+            (usize::MAX, super::CHUNK),
+            (1, 1),
+            (3, 7),
+            (64, 16),
+            (1000, 5),
+        ] {
+            match windowed(&bytes, step, chunk) {
+                Some(snapshot) => {
+                    assert_eq!(snapshot, whole, "{what}, step {step}, chunk {chunk}");
+                }
+                None => assert!(!current, "{what} fell back at step {step}, chunk {chunk}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_documents_never_get_an_answer_the_whole_decoder_would_not_give() {
+    let (_, bytes) = documents()
+        .into_iter()
+        .find(|(what, _)| what == "rich")
+        .expect("rich");
+    let mut cases: Vec<Vec<u8>> = (0..bytes.len()).map(|cut| bytes[..cut].to_vec()).collect();
+    for at in 0..bytes.len() {
+        for bit in [0x01, 0x20, 0x80] {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= bit;
+            cases.push(flipped);
+        }
+    }
+    let mut padded = bytes.clone();
+    padded.extend_from_slice(b" {}");
+    cases.push(padded);
+    let mut repeated = bytes.clone();
+    let end = repeated.len() - 1;
+    repeated.splice(end..end, *b",\"id\":\"rich\"");
+    cases.push(repeated);
+    for (i, case) in cases.iter().enumerate() {
+        let whole = SessionSnapshot::decode_unvalidated(case);
+        if let Some(snapshot) = windowed(case, 5, 11) {
+            match whole {
+                Ok(expected) => assert_eq!(snapshot, expected, "case {i}"),
+                Err(e) => {
+                    panic!("case {i}: the window decoded what the whole decoder refuses ({e})")
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fallback_leaves_the_file_at_its_start_and_too_much_is_too_large() {
+    let bytes = br#"{"schema_version":1,"id":"x"}"#.to_vec();
+    let mut cursor = Cursor::new(bytes.clone());
+    assert!(matches!(
+        decode(&mut cursor, bytes.len() as u64, u64::MAX),
+        Ok(None)
+    ));
+    assert_eq!(cursor.position(), 0);
+    let (_, rich) = documents()
+        .into_iter()
+        .find(|(what, _)| what == "rich")
+        .expect("rich");
+    let mut cursor = Cursor::new(rich.clone());
+    assert!(matches!(
+        decode(&mut cursor, rich.len() as u64, 100),
+        Err(super::Failure::TooLarge)
+    ));
+}
