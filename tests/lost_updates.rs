@@ -36,6 +36,9 @@ const DIR_ENV: &str = "AGENT_SESSION_LOST_UPDATES_DIR";
 const COUNT_ENV: &str = "AGENT_SESSION_LOST_UPDATES_COUNT";
 /// `cas` (correct) or `stale-retry` (the broken writer of the negative control).
 const MODE_ENV: &str = "AGENT_SESSION_LOST_UPDATES_MODE";
+/// If set, the child opens a fresh store every this many increments (as separate runs of
+/// a CLI do), so stores opened after the lock file was deleted meet stores opened before.
+const REOPEN_ENV: &str = "AGENT_SESSION_LOST_UPDATES_REOPEN";
 /// Set to `1` for the long run.
 const LONG_ENV: &str = "AGENT_SESSION_LONG";
 /// The child test's name, as libtest knows it.
@@ -234,6 +237,9 @@ fn lost_updates_child_increments() {
         "stale-retry" => Mode::StaleRetry,
         other => panic!("unknown mode {other}"),
     };
+    let reopen_every: Option<u64> = std::env::var(REOPEN_ENV)
+        .ok()
+        .map(|n| n.parse().expect("reopen is a number"));
     let store = FileSessionStore::open(&dir).expect("the child opens the store");
     let writer = format!("process-{}", std::process::id());
     let mut out = std::io::stdout().lock();
@@ -241,7 +247,25 @@ fn lost_updates_child_increments() {
     out.flush().expect("flush");
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).expect("wait for go");
-    let tally = increment(&store, increments, mode, &writer);
+    let tally = match reopen_every {
+        None => increment(&store, increments, mode, &writer),
+        Some(every) => {
+            drop(store);
+            let mut tally = Tally::default();
+            let mut left = increments;
+            while left > 0 {
+                let batch = left.min(every);
+                let store = FileSessionStore::open(&dir).expect("the child opens the store");
+                let part = increment(&store, batch, mode, &writer);
+                tally.attempts += part.attempts;
+                tally.successes += part.successes;
+                tally.conflicts += part.conflicts;
+                tally.revisions.extend(part.revisions);
+                left -= batch;
+            }
+            tally
+        }
+    };
     let revisions: Vec<String> = tally.revisions.iter().map(u64::to_string).collect();
     writeln!(out, "{REVISIONS} {}", revisions.join(" ")).expect("write");
     writeln!(
@@ -262,9 +286,13 @@ struct Running {
     stderr: JoinHandle<String>,
 }
 
-fn start_child(dir: &Path, increments: u64, mode: Mode) -> Running {
+fn start_child(dir: &Path, increments: u64, mode: Mode, reopen_every: Option<u64>) -> Running {
     let exe = std::env::current_exe().expect("current test binary");
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(every) = reopen_every {
+        command.env(REOPEN_ENV, every.to_string());
+    }
+    let mut child = command
         .args([
             CHILD_TEST,
             "--exact",
@@ -309,8 +337,18 @@ fn start_child(dir: &Path, increments: u64, mode: Mode) -> Running {
 /// Starts `PROCESSES` children together (each waits until all are ready) and returns
 /// their tallies.
 fn run_processes(dir: &Path, increments: u64, mode: Mode) -> Vec<Tally> {
+    run_processes_reopening(dir, increments, mode, None)
+}
+
+/// [`run_processes`], each child opening a fresh store every `reopen_every` increments.
+fn run_processes_reopening(
+    dir: &Path,
+    increments: u64,
+    mode: Mode,
+    reopen_every: Option<u64>,
+) -> Vec<Tally> {
     let mut children: Vec<Running> = (0..PROCESSES)
-        .map(|_| start_child(dir, increments, mode))
+        .map(|_| start_child(dir, increments, mode, reopen_every))
         .collect();
     for running in &children {
         let ready = running.lines.iter().any(|line| line.ends_with(READY));
@@ -397,8 +435,10 @@ fn two_processes_read_modify_write_one_session_and_lose_no_update() {
 
 /// Issue 12, item 1: deleting `.lock` while the writers run (a user cleaning a "stale" lock,
 /// a tmp cleaner) must not let two writers hold the lock at once. The test deletes the lock
-/// file every millisecond while two processes increment; each time, stores holding the
-/// deleted file must notice that the path names another file and lock that one instead.
+/// file every millisecond while two processes increment, each opening a fresh store every
+/// 25 increments (as separate runs of a CLI do), so stores that opened the deleted file
+/// meet stores that created a new one. The negative control of the lock itself is in
+/// `src/store/lock_tests.rs`.
 #[test]
 fn two_processes_lose_no_update_while_the_lock_file_is_deleted_again_and_again() {
     let increments = scaled(PER_PROCESS / 4);
@@ -418,7 +458,7 @@ fn two_processes_lose_no_update_while_the_lock_file_is_deleted_again_and_again()
             }
             deletions
         });
-        let tallies = run_processes(store.dir(), increments, Mode::Cas);
+        let tallies = run_processes_reopening(store.dir(), increments, Mode::Cas, Some(25));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         (tallies, deleter.join().expect("the deleting thread"))
     });
