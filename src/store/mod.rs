@@ -283,12 +283,14 @@ impl ListCursor {
 
     /// The time and id of the session the cursor names, and whether it was in the
     /// listing's part for sessions updated in the future, for stores paging from an index.
+    #[cfg(feature = "postgres")]
     pub(crate) fn position(&self) -> (DateTime<Utc>, &SessionId, bool) {
         (self.updated_at, &self.id, self.future)
     }
 
     /// A cursor at the session updated at `updated_at` named `id`, in the listing's part
     /// for sessions updated in the future if `future`.
+    #[cfg(feature = "postgres")]
     pub(crate) fn at(updated_at: DateTime<Utc>, id: SessionId, future: bool) -> Self {
         ListCursor {
             updated_at,
