@@ -211,7 +211,18 @@ pub enum Error {
     },
 
     /// An operating-system I/O call failed.
-    #[error("could not {operation} {}", path.display())]
+    #[error(
+        "could not {operation} {}{}",
+        path.display(),
+        if matches!(
+            source.kind(),
+            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+        ) {
+            ": the store is read-only here (a read-only mount, or files this user may not write); saves, deletes and archiving need to write to it"
+        } else {
+            ""
+        }
+    )]
     Io {
         /// What the store was doing.
         operation: &'static str,
@@ -595,6 +606,21 @@ mod tests {
             assert!(text.chars().next().unwrap().is_lowercase(), "{text}");
             assert!(!text.ends_with('.'), "{text}");
         }
+    }
+
+    /// Found in review: a store in a directory its user may only read said "could not
+    /// create a temporary file", not why.
+    #[test]
+    fn an_io_error_for_want_of_write_permission_says_the_store_is_read_only() {
+        for kind in [
+            io::ErrorKind::PermissionDenied,
+            io::ErrorKind::ReadOnlyFilesystem,
+        ] {
+            let err = Error::io("create a temporary file in", Path::new("/s"), kind.into());
+            assert!(err.to_string().contains("read-only"), "{err}");
+        }
+        let err = Error::io("read", Path::new("/s/a.json"), io::ErrorKind::Other.into());
+        assert!(!err.to_string().contains("read-only"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
+use crate::clock;
 use crate::engine::{Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 use crate::error::{BoxError, Error, Result};
 use crate::id::SessionId;
@@ -785,12 +786,28 @@ impl<E> Session<E> {
         self.touch();
     }
 
-    /// Records a change now. The time of the change, never before the creation time: not
-    /// the later of it and the previous stamp, so one stamp in the future (a clock that
-    /// was ahead) does not keep the session "updated" in the future for ever
-    /// (see [`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)).
+    /// Records a change now: the time of the change, never before the creation time, and
+    /// always a different stamp than before, so a store can tell a changed session from
+    /// the one it holds by its stamp alone. Not simply the later of now and the previous
+    /// stamp: one stamp in the future (a clock that was ahead) would then keep the session
+    /// "updated" in the future for ever (see
+    /// [`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)); the previous stamp holds the
+    /// new one up only while it is plausible (then by a nanosecond).
     fn touch(&mut self) {
-        self.updated_at = Utc::now().max(self.created_at);
+        let now = Utc::now();
+        let previous = self.updated_at;
+        let next = if now <= previous && !clock::is_in_the_future(previous, now) {
+            previous + chrono::TimeDelta::nanoseconds(1)
+        } else {
+            now.max(self.created_at)
+        };
+        self.updated_at = if next == previous {
+            previous
+                .checked_add_signed(chrono::TimeDelta::nanoseconds(1))
+                .unwrap_or(previous)
+        } else {
+            next
+        };
     }
 
     fn push_result(&mut self, result: ToolResult, pending: &PendingCall, status: ToolCallStatus) {

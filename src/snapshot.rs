@@ -1712,7 +1712,10 @@ impl SnapshotBuilder {
     /// [`Error::Inconsistent`] if a tool call has no result (or two), a result answers no
     /// call, `max_turns` is zero, or timestamps or usage totals are out of range;
     /// [`Error::TooDeep`] if a message nests more than 125 levels deep or the metadata more
-    /// than 126 (a stored session could not be read back).
+    /// than 126 (a stored session could not be read back); [`Error::InvalidArgument`] if a
+    /// time lies in the future ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)), or
+    /// [`interrupted`](Self::interrupted) or [`interrupted_at`](Self::interrupted_at) names
+    /// a call the transcript does not have.
     pub fn build(self) -> Result<SessionSnapshot> {
         let now = Utc::now();
         for (field, at) in [
@@ -1726,7 +1729,33 @@ impl SnapshotBuilder {
             json::dismantle_map(self.metadata);
             return Err(e);
         }
-        let tool_calls = pair_tool_calls(&self.transcript)?
+        let pairs = pair_tool_calls(&self.transcript)?;
+        // A call named for interruption that is not there is a mistake to report, not to
+        // ignore (its status would silently stay an error).
+        if let Some(at) = self
+            .interrupted_at
+            .iter()
+            .find(|at| !pairs.iter().any(|pair| pair.call_at == **at))
+        {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "interrupted_at names message {} block {}, where there is no tool call",
+                    at.message, at.block
+                ),
+            });
+        }
+        if let Some(id) = self
+            .statuses
+            .keys()
+            .find(|id| !pairs.iter().any(|pair| pair.call.id == **id))
+        {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "interrupted names tool call {id:?}, which the transcript does not have"
+                ),
+            });
+        }
+        let tool_calls = pairs
             .into_iter()
             .map(|pair| {
                 let status = if self.interrupted_at.contains(&pair.call_at) {

@@ -21,11 +21,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::id::SessionId;
-use crate::json::{Field, ObjectOnly, StrictMap};
+use crate::json::{self, Field, ObjectOnly, StrictMap};
 use crate::lineage::Lineage;
 use crate::snapshot::{PersistedOptions, SessionSnapshot, ToolCallRecord, SCHEMA_VERSION};
 use crate::store::Revision;
-use crate::transcript::Message;
+use crate::transcript::{message_depth, Message};
 use crate::usage::Usage;
 
 /// How much of the file is read at a time.
@@ -159,10 +159,25 @@ impl<R: Read> Window<'_, R> {
                 }
                 "metadata" => {
                     let StrictMap(metadata) = self.value()?;
+                    // Parsed on its own, it had the whole depth budget of a document;
+                    // inside one it has a level less.
+                    if json::map_depth(&metadata) > json::MAX_METADATA_DEPTH {
+                        return Err(Stop::Fallback);
+                    }
                     once(&mut fields.metadata, metadata)?;
                 }
                 "lineage" => once(&mut fields.lineage, self.value()?)?,
-                "transcript" => once(&mut fields.transcript, self.list()?)?,
+                "transcript" => {
+                    let transcript: Vec<Message> = self.list()?;
+                    // As for metadata: a message sits two levels inside the document.
+                    if transcript
+                        .iter()
+                        .any(|m| message_depth(m) > json::MAX_MESSAGE_DEPTH)
+                    {
+                        return Err(Stop::Fallback);
+                    }
+                    once(&mut fields.transcript, transcript)?;
+                }
                 "tool_calls" => once(&mut fields.tool_calls, self.list()?)?,
                 "usage" => once(&mut fields.usage, self.list()?)?,
                 _ => return Err(Stop::Fallback),
@@ -302,7 +317,14 @@ impl<R: Read> Window<'_, R> {
         self.pos = 0;
         let left = self.size.saturating_sub(self.read).saturating_add(1);
         let piece = usize::try_from(left).map_or(self.chunk, |left| left.min(self.chunk));
-        let want = (wanted - self.buf.len()).max(piece);
+        // Never more than one byte past the limit, however much a value asks for.
+        let allowed = self.limit.saturating_add(1).saturating_sub(self.read);
+        let want = (wanted - self.buf.len())
+            .max(piece)
+            .min(usize::try_from(allowed).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Err(Stop::Io(io::Error::from(io::ErrorKind::FileTooLarge)));
+        }
         let got = self
             .reader
             .by_ref()

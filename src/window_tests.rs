@@ -181,3 +181,58 @@ fn a_fallback_leaves_the_file_at_its_start_and_too_much_is_too_large() {
         Err(super::Failure::TooLarge)
     ));
 }
+
+/// Each value is parsed on its own, with a whole document's depth budget; the whole decoder
+/// counts the levels around it. At the limits the two must agree.
+#[test]
+fn values_nested_to_the_limits_decode_alike_and_past_them_fall_back() {
+    let nested =
+        |levels: usize| -> String { format!("{}1{}", "[".repeat(levels), "]".repeat(levels)) };
+    let base = String::from_utf8(
+        SessionSnapshot::builder(SessionId::parse("deep").expect("id"), "m")
+            .transcript(vec![Message::user("x")])
+            .build()
+            .expect("build")
+            .to_json()
+            .expect("encode"),
+    )
+    .expect("utf-8");
+    let mut cases = Vec::new();
+    // A message's `other` block holds the value: message, content, block, value.
+    for levels in 118..126 {
+        let message = format!(
+            r#"{{"role":"user","content":[{{"type":"other","value":{}}}]}},"#,
+            nested(levels)
+        );
+        cases.push(base.replacen(
+            r#""transcript":["#,
+            &format!(r#""transcript":[{message}"#),
+            1,
+        ));
+    }
+    for levels in 120..130 {
+        cases.push(base.replacen(
+            r#""metadata":{}"#,
+            &format!(r#""metadata":{{"k":{}}}"#, nested(levels)),
+            1,
+        ));
+    }
+    let mut both_sides = (false, false);
+    for (i, case) in cases.iter().enumerate() {
+        let whole = SessionSnapshot::decode_unvalidated(case.as_bytes());
+        match (windowed(case.as_bytes(), 7, 13), whole) {
+            (Some(snapshot), Ok(expected)) => {
+                assert_eq!(snapshot, expected, "case {i}");
+                both_sides.0 = true;
+            }
+            (Some(_), Err(e)) => panic!("case {i}: decoded what the whole decoder refuses: {e}"),
+            (None, Ok(_)) => panic!("case {i}: fell back on a document the whole decoder reads"),
+            (None, Err(_)) => both_sides.1 = true,
+        }
+    }
+    assert_eq!(
+        both_sides,
+        (true, true),
+        "the cases reach both sides of each limit"
+    );
+}

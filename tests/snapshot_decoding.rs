@@ -927,6 +927,21 @@ fn one_call_among_several_with_the_same_id_can_be_marked_interrupted() {
     assert_eq!(outputs, ["failed", "fine", "cut short"]);
     let back = SessionSnapshot::from_json(&snapshot.to_json().expect("encode")).expect("decode");
     assert_eq!(back, snapshot);
+    // Naming a call that is not there is refused (found in review: it was ignored).
+    for builder in [
+        SessionSnapshot::builder(SessionId::parse("reused").expect("id"), "m")
+            .transcript(snapshot.transcript().to_vec())
+            .interrupted_at(agent_session::BlockPosition {
+                message: 1,
+                block: 0,
+            }),
+        SessionSnapshot::builder(SessionId::parse("reused").expect("id"), "m")
+            .transcript(snapshot.transcript().to_vec())
+            .interrupted("call_9"),
+    ] {
+        let err = builder.build().expect_err("no such call");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
     // Marking one that succeeded is refused, as for `interrupted`.
     assert!(
         SessionSnapshot::builder(SessionId::parse("reused").expect("id"), "m")

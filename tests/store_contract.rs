@@ -32,6 +32,7 @@ fn contract<S: SessionStore>(make: impl Fn() -> S) {
     pages_walk_the_listing_in_order_exactly_once(&make());
     concurrent_read_modify_write_loses_no_update(&make());
     an_unchanged_snapshot_is_not_saved_again(&make());
+    an_edit_between_a_save_and_mark_saved_is_never_taken_for_no_change(&make());
     a_session_updated_in_the_future_is_never_latest_and_never_pruned(&make());
     lifecycle::contract(&make);
 }
@@ -199,6 +200,37 @@ fn an_unchanged_snapshot_is_not_saved_again<S: SessionStore>(store: &S) {
     );
 }
 
+/// `Session::mark_saved` after an edit claims the edited state is stored; the next save
+/// must still store it. Found in review: with the clock behind the session's creation
+/// time (which the tolerance allows), an edit kept the same `updated_at`, and the
+/// unchanged-save check took the save for one with nothing to write.
+fn an_edit_between_a_save_and_mark_saved_is_never_taken_for_no_change<S: SessionStore>(store: &S) {
+    let tolerance =
+        chrono::Duration::from_std(agent_session::CLOCK_SKEW_TOLERANCE).expect("a small duration");
+    let ahead = chrono::Utc::now() + tolerance / 2;
+    for (name, created) in [("edited", chrono::Utc::now()), ("edited-ahead", ahead)] {
+        let snapshot = SessionSnapshot::builder(id(name), "m")
+            .timestamps(created, created)
+            .build()
+            .expect("build");
+        let mut session =
+            agent_session::Session::restore(snapshot, NoEngine, None).expect("restore");
+        let saved = session.snapshot();
+        session
+            .metadata_mut()
+            .insert("edit".to_owned(), json!("kept"));
+        let revision = store.save(&saved).expect("save");
+        session.mark_saved(revision);
+        store.save(&session.snapshot()).expect("save again");
+        assert_eq!(
+            store.load(&id(name)).expect("load").metadata().get("edit"),
+            Some(&json!("kept")),
+            "{name}: the edit was stored"
+        );
+        store.delete(&id(name)).expect("clean up");
+    }
+}
+
 /// A snapshot as a store might hold it from before the clock rule, or from a machine whose
 /// clock was ahead: updated `ahead` after now (the builder refuses that, so it is decoded).
 fn updated_ahead(name: &str, ahead: chrono::Duration) -> SessionSnapshot {
@@ -254,6 +286,35 @@ fn a_session_updated_in_the_future_is_never_latest_and_never_pruned<S: SessionSt
         }
     }
     assert_eq!(walked, names(&listing.sessions));
+
+    // A session whose time comes within the tolerance while a walk goes on keeps the place
+    // the walk's first page gave it (found in review: it sorted before the cursor on the
+    // next page and was never shown).
+    let tolerance =
+        chrono::Duration::from_std(agent_session::CLOCK_SKEW_TOLERANCE).expect("a small duration");
+    let soon = updated_ahead(
+        "soon-plausible",
+        tolerance + chrono::Duration::milliseconds(300),
+    );
+    store.save(&soon).expect("save");
+    let mut walked = Vec::new();
+    let mut cursor: Option<agent_session::ListCursor> = None;
+    loop {
+        let page = store.list_page(1, cursor.as_ref()).expect("page");
+        walked.extend(names(&page.sessions));
+        match page.next {
+            Some(next) => cursor = Some(next.to_string().parse().expect("cursor parses")),
+            None => break,
+        }
+        // By the second page, `soon-plausible` is no longer in the future.
+        std::thread::sleep(std::time::Duration::from_millis(400));
+    }
+    assert_eq!(
+        walked,
+        ["just-used", "older", "clock-was-ahead", "soon-plausible"],
+        "every session once, in the first page's order"
+    );
+    store.delete(soon.id()).expect("clean up");
 
     // Prune keeps the newest, and cannot date the future one, so it never deletes it.
     let report = store

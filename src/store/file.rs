@@ -139,7 +139,10 @@ pub enum Durability {
 /// [`Error::Busy`] naming the lock; a process that crashed never holds it (the lock ends
 /// with its process), so waiting that long means a writer hung. Do not remove `.lock`
 /// while stores are open: this release re-creates it and locks the new file, but a
-/// process of release 0.1 would keep holding the deleted one.
+/// process of release 0.1 would keep holding the deleted one. On a file system that cannot
+/// `flock` a directory (the Linux NFS client, which emulates `flock` with POSIX locks that
+/// need a file open for writing), only `.lock` is locked, as in release 0.1: there, too,
+/// never delete it while stores are open.
 ///
 /// Loads and listings take no lock: they read the snapshot and then the journal, and read
 /// both again if a concurrent save replaced the snapshot meanwhile. So a store on a
@@ -298,8 +301,9 @@ impl FileStoreBuilder {
 
     /// Sets how long a save, delete or archive change waits for the store's write lock
     /// while another writer (a thread, or another process) holds it, before it fails with
-    /// [`Error::Busy`] (default 30 seconds). A writer that crashed never holds the lock (it
-    /// ends with its process); one that hangs would otherwise block every writer forever.
+    /// [`Error::Busy`] (default 30 seconds; `Duration::MAX` waits for ever). A writer that
+    /// crashed never holds the lock (it ends with its process); one that hangs would
+    /// otherwise block every writer forever.
     pub fn lock_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.lock_timeout = timeout;
         self
@@ -1674,6 +1678,7 @@ impl FileSessionStore {
                 s.verified
                     && s.created_at == snapshot.created_at()
                     && s.updated_at == Some(snapshot.updated_at())
+                    && s.counts == Some(snapshot.counts())
                     // A base loosened by another program is rewritten private all the same.
                     && s.base_private
             })

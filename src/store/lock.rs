@@ -41,6 +41,8 @@ pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 const FIRST_POLL: Duration = Duration::from_micros(50);
 /// The longest pause between two attempts.
 const MAX_POLL: Duration = Duration::from_millis(5);
+/// How many times a writer follows `.lock` to a new file before it gives up.
+const MAX_REOPENS: usize = 100;
 
 /// The write lock of one store, shared by its threads.
 #[derive(Debug)]
@@ -136,11 +138,7 @@ impl StoreLock {
             Acquired::Locked(lock) => Ok(lock),
             Acquired::ReadOnly(lock, e) => {
                 drop(lock);
-                Err(Error::io(
-                    "open the lock file (is the store read-only? saves, deletes and archiving write to the store) of",
-                    &self.path,
-                    e,
-                ))
+                Err(Error::io("open the lock file", &self.path, e))
             }
         }
     }
@@ -182,7 +180,8 @@ impl StoreLock {
         timeout: Duration,
     ) -> Result<Acquired<'_>> {
         let started = Instant::now();
-        let deadline = started + timeout;
+        // No deadline at all for a timeout too long to add (`Duration::MAX`: wait for ever).
+        let deadline = started.checked_add(timeout);
         // Named after `.lock` whichever of the two is busy: the store's write lock, as a
         // user sees it in the directory.
         let busy = || Error::Busy {
@@ -192,30 +191,43 @@ impl StoreLock {
         // First the other threads of this store.
         let mut slot = self.slot();
         while slot.held {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(busy());
-            }
-            slot = self
-                .released
-                .wait_timeout(slot, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            slot = match deadline {
+                None => self
+                    .released
+                    .wait(slot)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(busy());
+                    }
+                    self.released
+                        .wait_timeout(slot, deadline - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
         }
         slot.held = true;
         let file = slot.file.take();
         drop(slot);
         // From here the slot is ours: every early return gives it back.
         let mut lock = WriteLock { lock: self, file };
-        // Then the other processes: first the directory.
-        if let Err(e) = poll(deadline, || self.dir.try_lock()) {
-            return Err(match e {
-                Polled::TimedOut => busy(),
-                Polled::Failed(e) => Error::io("lock the store directory", &self.dir_path, e),
-            });
+        // Then the other processes: first the directory. A file system that cannot lock a
+        // directory opened for reading (the Linux NFS client emulates `flock` with POSIX
+        // locks, which need a file open for writing) has only the lock file below.
+        match poll(deadline, || self.dir.try_lock()) {
+            Ok(()) => {}
+            Err(Polled::TimedOut) => return Err(busy()),
+            Err(Polled::Failed(e)) if cannot_lock_directories(&e) => {}
+            Err(Polled::Failed(e)) => {
+                return Err(Error::io("lock the store directory", &self.dir_path, e))
+            }
         }
-        // Then the lock file of release 0.1, on the file the path names.
-        loop {
+        // Then the lock file of release 0.1, on the file the path names. The name can move
+        // to another file only by a deletion and re-creation, each of which this loop
+        // follows; should it keep moving, the store stops trying rather than spin.
+        for _ in 0..MAX_REOPENS {
             let file = if let Some(file) = lock.file.take() {
                 file
             } else {
@@ -256,7 +268,14 @@ impl StoreLock {
                     return Err(e);
                 }
             }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(busy());
+            }
         }
+        Err(Error::Insecure {
+            path: self.path.clone(),
+            reason: "the lock file was replaced again and again while the store tried to lock it; look for a program deleting or recreating it",
+        })
     }
 
     /// Marks the lock free for this store's other threads, keeping `file` open if given.
@@ -268,14 +287,28 @@ impl StoreLock {
     }
 
     /// Whether the lock path still names the open `file` (the same device and inode).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Insecure`] if what is open, or what the path names, is not a regular file
+    /// (a FIFO, a device, a directory planted as `.lock`): no writer could ever lock it
+    /// usefully.
     fn names(&self, fs: &dyn FileSystem, file: &File) -> Result<bool> {
+        let not_a_file = || {
+            Error::Insecure {
+            path: self.path.clone(),
+            reason: "the lock file is not a regular file (a FIFO, a device or a directory); remove it, and the next writer creates it again",
+        }
+        };
         let locked = file
             .metadata()
             .map_err(|e| Error::io("inspect the lock file", &self.path, e))?;
+        if !locked.is_file() {
+            return Err(not_a_file());
+        }
         match fs.symlink_metadata(&self.path) {
-            Ok(named) => {
-                Ok(named.is_file() && (named.dev(), named.ino()) == (locked.dev(), locked.ino()))
-            }
+            Ok(named) if !named.is_file() => Err(not_a_file()),
+            Ok(named) => Ok((named.dev(), named.ino()) == (locked.dev(), locked.ino())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io("inspect the lock file", &self.path, e)),
         }
@@ -290,10 +323,10 @@ enum Polled {
     Failed(io::Error),
 }
 
-/// Calls `attempt` (a non-blocking `flock`) until it succeeds or `deadline` passes,
-/// pausing between attempts.
+/// Calls `attempt` (a non-blocking `flock`) until it succeeds or `deadline` passes (never,
+/// without one), pausing between attempts.
 fn poll(
-    deadline: Instant,
+    deadline: Option<Instant>,
     attempt: impl Fn() -> std::result::Result<(), std::fs::TryLockError>,
 ) -> std::result::Result<(), Polled> {
     let mut pause = FIRST_POLL;
@@ -303,13 +336,28 @@ fn poll(
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(Polled::Failed(e)),
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(Polled::TimedOut);
-        }
-        std::thread::sleep(pause.min(deadline - now));
+        let sleep = match deadline {
+            None => pause,
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(Polled::TimedOut);
+                }
+                pause.min(deadline - now)
+            }
+        };
+        std::thread::sleep(sleep);
         pause = (pause * 2).min(MAX_POLL);
     }
+}
+
+/// Whether `e`, from locking the store directory, says the file system cannot lock a
+/// directory at all (rather than that something went wrong).
+fn cannot_lock_directories(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADF | libc::ENOLCK | libc::EOPNOTSUPP | libc::EINVAL)
+    )
 }
 
 enum Opened {

@@ -70,6 +70,9 @@ impl SessionStore for MemorySessionStore {
             snapshot.is_unchanged_since_stored()
                 && s.snapshot.created_at() == snapshot.created_at()
                 && s.snapshot.updated_at() == snapshot.updated_at()
+                && s.snapshot.counts() == snapshot.counts()
+                && s.snapshot.options() == snapshot.options()
+                && s.snapshot.metadata() == snapshot.metadata()
         }) {
             return Ok(stored.snapshot.revision());
         }

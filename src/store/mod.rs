@@ -252,57 +252,67 @@ impl SessionList {
 /// last). Made by [`SessionStore::list_page`]; its text form (`Display` / `FromStr`)
 /// survives a round trip through a command line or a URL, whatever the time.
 ///
+/// A cursor also carries the latest plausible time of the walk it belongs to
+/// ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE) after the clock when the walk
+/// began), so that a session whose time was in the future when the walk began stays where
+/// the walk's first page put it, at the end, even if the clock catches up with it midway.
+///
 /// # Examples
 ///
 /// ```
 /// use agent_session::ListCursor;
 ///
-/// let cursor: ListCursor = "2026-11-29T10:00:00Z/abc".parse()?;
-/// assert_eq!(cursor.to_string(), "2026-11-29T10:00:00Z/abc");
+/// let text = "2026-11-29T10:00:00Z/abc/2026-12-01T09:05:00Z";
+/// let cursor: ListCursor = text.parse()?;
+/// assert_eq!(cursor.to_string(), text);
 /// # Ok::<(), agent_session::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListCursor {
     updated_at: DateTime<Utc>,
     id: SessionId,
-    /// Whether the session was updated in the future when the cursor was made: the
-    /// listing's last part.
-    future: bool,
+    /// The latest plausible time of the walk: later times are in the listing's last part.
+    horizon: DateTime<Utc>,
 }
 
 impl ListCursor {
-    /// The cursor just after `summary`.
+    /// The cursor just after `summary`, for a walk that begins now.
     #[must_use]
     pub fn after(summary: &SessionSummary) -> Self {
+        ListCursor::after_in(summary, clock::horizon(Utc::now()))
+    }
+
+    /// The cursor just after `summary`, in a walk whose latest plausible time is `horizon`.
+    fn after_in(summary: &SessionSummary, horizon: DateTime<Utc>) -> Self {
         ListCursor {
             updated_at: summary.updated_at,
             id: summary.id.clone(),
-            future: summary.is_updated_in_the_future(),
+            horizon,
         }
     }
 
-    /// The time and id of the session the cursor names, and whether it was in the
-    /// listing's part for sessions updated in the future, for stores paging from an index.
+    /// The time and id of the session the cursor names, and the walk's latest plausible
+    /// time, for stores paging from an index.
     #[cfg(feature = "postgres")]
-    pub(crate) fn position(&self) -> (DateTime<Utc>, &SessionId, bool) {
-        (self.updated_at, &self.id, self.future)
+    pub(crate) fn position(&self) -> (DateTime<Utc>, &SessionId, DateTime<Utc>) {
+        (self.updated_at, &self.id, self.horizon)
     }
 
-    /// A cursor at the session updated at `updated_at` named `id`, in the listing's part
-    /// for sessions updated in the future if `future`.
+    /// A cursor at the session updated at `updated_at` named `id`, in a walk whose latest
+    /// plausible time is `horizon`.
     #[cfg(feature = "postgres")]
-    pub(crate) fn at(updated_at: DateTime<Utc>, id: SessionId, future: bool) -> Self {
+    pub(crate) fn at(updated_at: DateTime<Utc>, id: SessionId, horizon: DateTime<Utc>) -> Self {
         ListCursor {
             updated_at,
             id,
-            future,
+            horizon,
         }
     }
 
-    /// Whether `summary` comes after this cursor in the listing's order, seen with the
-    /// latest plausible time `horizon`.
-    fn precedes(&self, summary: &SessionSummary, horizon: DateTime<Utc>) -> bool {
-        place(summary.updated_at, &summary.id, horizon) < (!self.future, self.updated_at, &self.id)
+    /// Whether `summary` comes after this cursor in the walk's order.
+    fn precedes(&self, summary: &SessionSummary) -> bool {
+        place(summary.updated_at, &summary.id, self.horizon)
+            < place(self.updated_at, &self.id, self.horizon)
     }
 }
 
@@ -330,36 +340,44 @@ fn parse_cursor_time(text: &str) -> Option<DateTime<Utc>> {
         .map(|at| at.with_timezone(&Utc))
 }
 
-/// Marks the cursor of a session updated in the future.
-const FUTURE_PREFIX: &str = "future:";
-
 impl fmt::Display for ListCursor {
+    /// `TIME/ID/HORIZON`: the session's update time and id, then the walk's latest
+    /// plausible time.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let prefix = if self.future { FUTURE_PREFIX } else { "" };
-        write!(f, "{prefix}{}/{}", cursor_time(self.updated_at), self.id)
+        write!(
+            f,
+            "{}/{}/{}",
+            cursor_time(self.updated_at),
+            self.id,
+            cursor_time(self.horizon)
+        )
     }
 }
 
 impl std::str::FromStr for ListCursor {
     type Err = Error;
 
+    /// Parses `TIME/ID/HORIZON`, or `TIME/ID` (as release 0.1 printed it: the walk then
+    /// goes on as if it began now).
     fn from_str(text: &str) -> Result<Self> {
         let invalid = || Error::InvalidArgument {
             reason: format!(
-                "{text:?} is not a listing cursor (TIMESTAMP/ID, as printed with a page)"
+                "{text:?} is not a listing cursor (TIME/ID/HORIZON, as printed with a page)"
             ),
         };
-        let (future, rest) = match text.strip_prefix(FUTURE_PREFIX) {
-            Some(rest) => (true, rest),
-            None => (false, text),
+        let mut parts = text.split('/');
+        let (Some(time), Some(id)) = (parts.next(), parts.next()) else {
+            return Err(invalid());
         };
-        let (time, id) = rest.rsplit_once('/').ok_or_else(invalid)?;
-        let updated_at = parse_cursor_time(time).ok_or_else(invalid)?;
-        let id = SessionId::parse(id).map_err(|_| invalid())?;
+        let horizon = match (parts.next(), parts.next()) {
+            (None, _) => clock::horizon(Utc::now()),
+            (Some(horizon), None) => parse_cursor_time(horizon).ok_or_else(invalid)?,
+            (Some(_), Some(_)) => return Err(invalid()),
+        };
         Ok(ListCursor {
-            updated_at,
-            id,
-            future,
+            updated_at: parse_cursor_time(time).ok_or_else(invalid)?,
+            id: SessionId::parse(id).map_err(|_| invalid())?,
+            horizon,
         })
     }
 }
@@ -395,16 +413,21 @@ impl SessionPage {
     #[must_use]
     pub fn of(listing: SessionList, limit: usize, after: Option<&ListCursor>) -> Self {
         let first_page = after.is_none();
-        let horizon = clock::horizon(Utc::now());
-        let mut sessions = listing
-            .sessions
+        // The walk's order, fixed when it began: a session's place may have moved since the
+        // listing was sorted (its time was in the future then, and is not now).
+        let horizon = after.map_or_else(|| clock::horizon(Utc::now()), |cursor| cursor.horizon);
+        let mut all = listing.sessions;
+        all.sort_by(|a, b| {
+            place(b.updated_at, &b.id, horizon).cmp(&place(a.updated_at, &a.id, horizon))
+        });
+        let mut sessions = all
             .into_iter()
-            .skip_while(|s| after.is_some_and(|cursor| !cursor.precedes(s, horizon)));
+            .skip_while(|s| after.is_some_and(|cursor| !cursor.precedes(s)));
         let page: Vec<SessionSummary> = sessions.by_ref().take(limit).collect();
         let more = sessions.next().is_some();
         SessionPage {
             next: if more {
-                page.last().map(ListCursor::after)
+                page.last().map(|last| ListCursor::after_in(last, horizon))
             } else {
                 None
             },

@@ -659,8 +659,12 @@ impl PostgresSessionStore {
         after: Option<&ListCursor>,
         limit: Option<usize>,
     ) -> Result<Vec<(Option<ListCursor>, Result<SessionSummary>)>> {
-        let horizon = nanos_saturating(clock::horizon(Utc::now()));
-        let after_future = after.is_some_and(|c| c.position().2);
+        // The walk's latest plausible time, fixed on its first page (see ListCursor).
+        let horizon = after.map_or_else(|| clock::horizon(Utc::now()), |c| c.position().2);
+        let after_future = after.is_some_and(|c| {
+            let (updated_at, _, horizon) = c.position();
+            updated_at > horizon
+        });
         let mut listed = Vec::new();
         if !after_future {
             listed = self.select_range(scope, Range::Plausible, after, limit, horizon)?;
@@ -681,8 +685,9 @@ impl PostgresSessionStore {
         range: Range,
         after: Option<&ListCursor>,
         limit: Option<usize>,
-        horizon: i64,
+        horizon: DateTime<Utc>,
     ) -> Result<Vec<(Option<ListCursor>, Result<SessionSummary>)>> {
+        let horizon_ns = nanos_saturating(horizon);
         let archived: Option<bool> = match scope {
             ListScope::Active => Some(false),
             ListScope::Archived => Some(true),
@@ -721,7 +726,7 @@ impl PostgresSessionStore {
                         ),
                     )
                     .await?,
-                    &[&archived, &after_ns, &after_id, &limit, &horizon],
+                    &[&archived, &after_ns, &after_id, &limit, &horizon_ns],
                 )
                 .await
                 .map_err(|e| backend("list sessions", e))
@@ -736,7 +741,7 @@ impl PostgresSessionStore {
                 Ok(session) => Some(ListCursor::at(
                     DateTime::from_timestamp_nanos(row.get(3)),
                     session,
-                    future,
+                    horizon,
                 )),
                 Err(e) => {
                     listed.push((None, Err(e.at(&self.location_of_key(&id)))));
@@ -781,13 +786,15 @@ impl PostgresSessionStore {
                 })
                 .transpose()
         })?;
-        let stored = row.map(|(revision, created_ns, updated_ns)| {
-            (
-                Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
-                created_ns,
-                updated_ns,
-            )
-        });
+        let stored = row
+            .map(|(revision, created_ns, updated_ns)| {
+                let revision = u64::try_from(revision).map_err(|_| {
+                    Error::inconsistent(format!("the row holds revision {revision}"))
+                        .at(&self.location(snapshot.id()))
+                })?;
+                Ok::<_, Error>((Revision::from_u64(revision), created_ns, updated_ns))
+            })
+            .transpose()?;
         check_revision(
             snapshot.id(),
             snapshot.revision(),
