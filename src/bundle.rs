@@ -12,13 +12,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::id::SessionId;
+use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
-use crate::lineage::Lineage;
+use crate::snapshot::Lineage;
 use crate::snapshot::SessionSnapshot;
-use crate::store::{
-    already_exists, Revision, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
-};
+use crate::store::{already_exists, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES};
 
 /// The bundle format version this release writes and reads.
 pub const BUNDLE_VERSION: u32 = 1;

@@ -4,8 +4,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::id::SessionId;
-use crate::store::Revision;
+use crate::id::{Revision, SessionId};
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -5,14 +5,12 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
-use crate::id::SessionId;
-use crate::lineage::ForkAt;
+use crate::id::{Revision, SessionId};
+use crate::snapshot::ForkAt;
 use crate::redact::Redactor;
 use crate::session::{Session, SessionOptions, TurnOutcome};
 use crate::snapshot::SessionSnapshot;
-use crate::store::{
-    ListCursor, PrunePolicy, PruneReport, Revision, SessionList, SessionPage, SessionStore,
-};
+use crate::store::{ListCursor, PrunePolicy, PruneReport, SessionList, SessionPage, SessionStore};
 use crate::transcript::Message;
 
 /// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor, and saves it.

@@ -1,4 +1,5 @@
-//! Session ids: a validated newtype that can always be used as a file name.
+//! Identities: [`SessionId`], a validated name that can always be used as a file name, and
+//! [`Revision`], the version of a stored session that compare-and-swap saves compare.
 
 use std::fmt;
 use std::str::FromStr;
@@ -175,6 +176,54 @@ impl<'de> Deserialize<'de> for SessionId {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
         let raw = String::deserialize(deserializer)?;
         SessionId::try_from(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The version of a stored session, for compare-and-swap saves.
+///
+/// A session that was never saved is at [`Revision::NEW`]; each successful save stores the
+/// next revision and returns it.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::Revision;
+///
+/// assert_eq!(Revision::NEW.next(), Revision::from_u64(1));
+/// assert_eq!(Revision::from_u64(7).to_string(), "7");
+/// ```
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Revision(u64);
+
+impl Revision {
+    /// The revision of a session that has never been saved.
+    pub const NEW: Revision = Revision(0);
+
+    /// A revision from its number.
+    #[must_use]
+    pub const fn from_u64(n: u64) -> Self {
+        Revision(n)
+    }
+
+    /// The revision's number.
+    #[must_use]
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// The revision a save stores after this one.
+    #[must_use]
+    pub const fn next(self) -> Self {
+        Revision(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
     }
 }
 

@@ -113,35 +113,30 @@ mod error;
 mod harness;
 mod id;
 mod json;
-mod lineage;
-mod migrate;
 mod redact;
 mod session;
 mod snapshot;
 mod store;
 mod transcript;
 mod usage;
-mod window;
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
 pub use clock::CLOCK_SKEW_TOLERANCE;
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
-pub use id::{SessionId, MAX_ID_LEN};
-pub use lineage::{ForkAt, Lineage};
+pub use id::{Revision, SessionId, MAX_ID_LEN};
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{
-    Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, DEFAULT_MAX_TURNS,
-    INTERRUPTED_OUTPUT,
+    Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, INTERRUPTED_OUTPUT,
 };
 pub use snapshot::{
-    BlockPosition, PersistedOptions, SessionSnapshot, SnapshotBuilder, ToolCallRecord,
-    ToolCallStatus, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
+    BlockPosition, ForkAt, Lineage, PersistedOptions, SessionSnapshot, SnapshotBuilder,
+    ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use store::{
     Durability, FileSessionStore, FileStoreBuilder, ListCursor, ListScope, MemorySessionStore,
-    PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned, Revision, SessionList, SessionPage,
+    PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned, SessionList, SessionPage,
     SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 pub use transcript::{

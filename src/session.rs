@@ -10,23 +10,20 @@ use serde_json::{Map, Value};
 use crate::clock;
 use crate::engine::{Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 use crate::error::{BoxError, Error, Result};
-use crate::id::SessionId;
+use crate::id::{Revision, SessionId};
 use crate::json;
-use crate::lineage::Lineage;
+use crate::snapshot::Lineage;
 use crate::snapshot::check_metadata_depth;
 use crate::snapshot::{
+    DEFAULT_MAX_TURNS,
     BlockPosition, Counts, PersistedOptions, Provenance, SessionSnapshot, SnapshotParts,
     ToolCallRecord, ToolCallStatus,
 };
-use crate::store::Revision;
 use crate::transcript::{
     blocks_depth, dismantle_message, dismantle_output, message_depth, ContentBlock, Message, Role,
     ToolCall, ToolOutput, ToolResult,
 };
 use crate::usage::{Usage, UsageTotals};
-
-/// The turn limit used when none is given: model completions per [`Session::send`].
-pub const DEFAULT_MAX_TURNS: u32 = 16;
 
 /// The output of the error result that closes a tool call whose result was never kept:
 /// its turn was cancelled (the `send` future dropped, a tool panicked), or the process

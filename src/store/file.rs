@@ -23,7 +23,7 @@ use super::{
 use crate::error::{Error, Location, Result};
 use crate::id::SessionId;
 use crate::snapshot::{Counts, SessionSnapshot};
-use crate::window;
+use crate::snapshot::window;
 
 /// The default largest snapshot file the store reads or writes: 256 MiB.
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;

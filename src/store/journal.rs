@@ -22,10 +22,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Result};
-use crate::id::SessionId;
+use crate::id::{Revision, SessionId};
 use crate::json::{self, strict, ObjectOnly};
 use crate::snapshot::{Change, Counts, PersistedOptions, ToolCallRecord};
-use crate::store::Revision;
 use crate::transcript::Message;
 use crate::usage::Usage;
 

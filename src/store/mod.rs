@@ -18,13 +18,12 @@ mod summary;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 use crate::bundle::{self, Bundle, ImportIds, Imported};
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::id::SessionId;
-use crate::lineage::{ForkAt, Lineage};
+use crate::id::{Revision, SessionId};
+use crate::snapshot::{ForkAt, Lineage};
 use crate::snapshot::SessionSnapshot;
 use crate::usage::Cost;
 
@@ -33,54 +32,6 @@ pub use memory::MemorySessionStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
 pub use prune::{PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned};
-
-/// The version of a stored session, for compare-and-swap saves.
-///
-/// A session that was never saved is at [`Revision::NEW`]; each successful save stores the
-/// next revision and returns it.
-///
-/// # Examples
-///
-/// ```
-/// use agent_session::Revision;
-///
-/// assert_eq!(Revision::NEW.next(), Revision::from_u64(1));
-/// assert_eq!(Revision::from_u64(7).to_string(), "7");
-/// ```
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(transparent)]
-pub struct Revision(u64);
-
-impl Revision {
-    /// The revision of a session that has never been saved.
-    pub const NEW: Revision = Revision(0);
-
-    /// A revision from its number.
-    #[must_use]
-    pub const fn from_u64(n: u64) -> Self {
-        Revision(n)
-    }
-
-    /// The revision's number.
-    #[must_use]
-    pub const fn as_u64(self) -> u64 {
-        self.0
-    }
-
-    /// The revision a save stores after this one.
-    #[must_use]
-    pub const fn next(self) -> Self {
-        Revision(self.0.saturating_add(1))
-    }
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// The longest model name a summary holds, in characters.
 const MAX_SUMMARY_MODEL_CHARS: usize = 256;

@@ -19,7 +19,7 @@ use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
-use crate::lineage::Lineage;
+use crate::snapshot::Lineage;
 use crate::snapshot::SessionSnapshot;
 use crate::usage::Cost;
 

@@ -18,7 +18,7 @@ use super::journal;
 use super::{Revision, SessionSummary};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
-use crate::lineage::Lineage;
+use crate::snapshot::Lineage;
 use crate::snapshot::SessionSnapshot;
 use crate::usage::Cost;
 

@@ -1,13 +1,16 @@
 //! Forks: where a session branched from another ([`Lineage`]) and where to cut a parent's
 //! history to start one ([`ForkAt`]).
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::{SessionSnapshot, ToolCallRecord};
+use crate::clock;
 use crate::error::{Error, Result};
-use crate::id::SessionId;
-use crate::snapshot::ToolCallRecord;
-use crate::store::Revision;
+use crate::id::{Revision, SessionId};
+use crate::usage::UsageTotals;
 use crate::transcript::{ContentBlock, Message, Role};
 
 /// Where a forked session came from: its parent, the parent's revision it was forked
@@ -218,6 +221,103 @@ fn valid_point(
         cut = toward(split);
     }
     cut
+}
+
+impl SessionSnapshot {
+    /// A new session `id` that starts with this one's history up to `at`, recording this
+    /// session as its parent ([`Lineage`]). This snapshot is not changed; save the fork
+    /// as a new session, or let [`SessionStore::fork`](crate::SessionStore::fork) do both.
+    ///
+    /// The fork keeps the options, the metadata, the messages before the cut and their
+    /// tool-call records. Its usage starts empty: the completions that produced the
+    /// shared history were paid for by the parent, so summing the cost of every session
+    /// counts each completion once. Its creation and update times are now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `id` is this session's own id, if `at` lies beyond
+    /// the transcript, or if the cut would separate a tool call from its result (the
+    /// message names the nearest points that do not).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ForkAt, Message, SessionId, SessionSnapshot};
+    ///
+    /// let parent = SessionSnapshot::builder(SessionId::parse("p")?, "m")
+    ///     .transcript(vec![Message::user("a"), Message::user("b")])
+    ///     .build()?;
+    /// let fork = parent.fork(SessionId::parse("f")?, ForkAt::Messages(1))?;
+    /// assert_eq!(fork.transcript().len(), 1);
+    /// assert_eq!(fork.lineage().map(|l| l.parent.as_str()), Some("p"));
+    /// assert!(parent.fork(SessionId::parse("p")?, ForkAt::End).is_err());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    pub fn fork(&self, id: SessionId, at: ForkAt) -> Result<SessionSnapshot> {
+        if id == self.id {
+            return Err(Error::InvalidArgument {
+                reason: format!("a fork of session {id} needs an id of its own"),
+            });
+        }
+        let cut = cut(&self.id, &self.transcript, &self.tool_calls, at)?;
+        let now = Utc::now().max(self.created_at);
+        let fork = SessionSnapshot {
+            id,
+            revision: Revision::NEW,
+            created_at: now,
+            updated_at: now,
+            options: self.options.clone(),
+            metadata: self.metadata.clone(),
+            lineage: Some(Lineage::new(self.id.clone(), self.revision, cut, now)),
+            transcript: Arc::new(self.transcript[..cut].to_vec()),
+            tool_calls: Arc::new(
+                self.tool_calls
+                    .iter()
+                    .filter(|r| r.result_at.message < cut)
+                    .cloned()
+                    .collect(),
+            ),
+            usage: Arc::default(),
+            totals: UsageTotals::default(),
+            provenance: None,
+            redacted_by: None,
+            metadata_too_deep: None,
+        };
+        let mut fork = fork;
+        fork.validate()?;
+        Ok(fork)
+    }
+
+    /// Sets a creation or update time in the future (seen from `now`) to `now`, keeping
+    /// the update no earlier than the creation; returns the times as they were if it
+    /// changed them. For importing a session from a machine whose clock was ahead.
+    pub(crate) fn clamp_future_times(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let before = (self.created_at, self.updated_at);
+        if clock::is_in_the_future(self.created_at, now) {
+            self.created_at = now;
+        }
+        if clock::is_in_the_future(self.updated_at, now) {
+            self.updated_at = now;
+        }
+        self.updated_at = self.updated_at.max(self.created_at);
+        (before != (self.created_at, self.updated_at)).then_some(before)
+    }
+
+    /// This snapshot as a new, never-saved session `id` (revision [`Revision::NEW`]), with
+    /// the lineage given: for importing it under another id.
+    pub(crate) fn renamed(&self, id: SessionId, lineage: Option<Lineage>) -> SessionSnapshot {
+        SessionSnapshot {
+            id,
+            revision: Revision::NEW,
+            lineage,
+            provenance: None,
+            redacted_by: None,
+            ..self.clone()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,11 +20,10 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::id::SessionId;
+use crate::id::{Revision, SessionId};
 use crate::json::{self, Field, ObjectOnly, StrictMap};
-use crate::lineage::Lineage;
+use super::Lineage;
 use crate::snapshot::{PersistedOptions, SessionSnapshot, ToolCallRecord, SCHEMA_VERSION};
-use crate::store::Revision;
 use crate::transcript::{message_depth, Message};
 use crate::usage::Usage;
 
