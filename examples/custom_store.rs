@@ -27,13 +27,13 @@
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agent_session::{
-    BoxError, Bundle, Completion, CompletionRequest, ContentBlock, Cost, Engine, Error, ForkAt,
-    Harness, ImportIds, Location, Message, PrunePolicy, Revision, Role, SessionId, SessionList,
-    SessionOptions, SessionSnapshot, SessionStore, SessionSummary, Usage,
+    check_stored_id, BoxError, Bundle, Completion, CompletionRequest, ContentBlock, Cost, Engine,
+    Error, ForkAt, Harness, ImportIds, Location, Message, PrunePolicy, Revision, Role, SessionId,
+    SessionList, SessionOptions, SessionSnapshot, SessionStore, SessionStoreExt, SessionSummary,
+    Usage,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -143,11 +143,11 @@ impl SessionStore for KvSessionStore {
             .put_if_version(&Self::key(snapshot.id()), expected.as_u64(), bytes)
         {
             Ok(version) => Ok(Revision::from_u64(version)),
-            Err(current) => Err(Error::Conflict {
-                id: snapshot.id().clone(),
+            Err(current) => Err(Error::conflict(
+                snapshot.id(),
                 expected,
-                found: current.map(Revision::from_u64),
-            }),
+                current.map(Revision::from_u64),
+            )),
         }
     }
 
@@ -163,13 +163,7 @@ impl SessionStore for KvSessionStore {
         let snapshot = SessionSnapshot::from_json(&entry.bytes)
             .map_err(|e| e.at(&Location::Stored(key.clone())))?;
         // Refuse bytes filed under the wrong key, as the file store refuses a renamed file.
-        if snapshot.id() != id {
-            return Err(Error::IdMismatch {
-                path: PathBuf::from(key),
-                expected: id.clone(),
-                found: snapshot.id().to_string(),
-            });
-        }
+        check_stored_id(id, snapshot.id(), &Location::Stored(key))?;
         Ok(snapshot.with_revision(Revision::from_u64(entry.version)))
     }
 

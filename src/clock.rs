@@ -2,7 +2,7 @@
 //!
 //! A session's `updated_at` orders listings, picks the session to continue
 //! ([`Harness::resume_latest`](crate::Harness::resume_latest)) and measures its age for
-//! [`prune`](crate::SessionStore::prune). A single time far in the future (a session
+//! [`prune`](crate::SessionStoreExt::prune). A single time far in the future (a session
 //! imported from a machine whose clock was ahead, or saved while this machine's clock was)
 //! would otherwise stay "latest" for as long as the error, and make the session just used
 //! look older than it. So:
@@ -12,7 +12,7 @@
 //! 2. A time later than this machine's clock plus [`CLOCK_SKEW_TOLERANCE`] is *in the
 //!    future*. [`SnapshotBuilder::build`](crate::SnapshotBuilder::build) and
 //!    [`SessionSnapshot::with_appended`](crate::SessionSnapshot::with_appended) refuse one;
-//!    [`SessionStore::import`](crate::SessionStore::import) sets such times to the time of
+//!    [`SessionStoreExt::import`](crate::SessionStoreExt::import) sets such times to the time of
 //!    the import and says so ([`Imported::clamped_from`](crate::Imported::clamped_from)).
 //! 3. Stored sessions updated in the future (written before this rule, or while this
 //!    machine's clock was ahead) are listed after every other session, newest first among

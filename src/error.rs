@@ -119,31 +119,33 @@ pub enum Error {
         problem: String,
     },
 
-    /// A snapshot file names a different session than its file name does (a renamed or
-    /// copied file).
+    /// A stored snapshot names a different session than where it is stored does (a
+    /// renamed or copied file, a row or key filed under another id).
     #[error(
-        "{} holds session {found:?}, not {expected}: the file was renamed or copied; \
+        "{} holds session {found:?}, not {expected}: it was renamed or copied; \
          it is refused so one session cannot pose as another",
-        path.display()
+        DisplayLocation(location)
     )]
     IdMismatch {
-        /// The file that was read.
-        path: PathBuf,
+        /// Where it was read: [`Location::File`] for a file, [`Location::Stored`] for a
+        /// row or key.
+        location: Location,
         /// The id its name implies.
         expected: SessionId,
         /// The id written inside it.
         found: String,
     },
 
-    /// A snapshot file is larger than the store's limit.
+    /// A snapshot (stored, or about to be) is larger than the store's limit.
     #[error(
         "{} is {size_bytes} bytes, over the store's limit of {limit_bytes} bytes: \
          raise the store's max_snapshot_bytes setting (on its builder) if it is genuine",
-        path.display()
+        DisplayLocation(location)
     )]
     TooLarge {
-        /// The file that was refused.
-        path: PathBuf,
+        /// What was refused: [`Location::File`] for a file, [`Location::Stored`] for a row
+        /// or key.
+        location: Location,
         /// Its size.
         size_bytes: u64,
         /// The configured limit.
@@ -272,7 +274,7 @@ pub enum Error {
     },
 
     /// A conditional delete ([`SessionStore::delete_if_unchanged`](crate::SessionStore::delete_if_unchanged),
-    /// and so [`prune`](crate::SessionStore::prune)) found the session changed since it
+    /// and so [`prune`](crate::SessionStoreExt::prune)) found the session changed since it
     /// was listed, and deleted nothing.
     #[error("session {id} was not deleted: {change} since it was listed; list the sessions again to decide")]
     Changed {
@@ -497,6 +499,30 @@ impl Error {
         self.kind() == ErrorKind::Corrupt
     }
 
+    /// The [`Error::Conflict`] of a compare-and-swap save of session `id`, made from the
+    /// revision `expected` but refused because the store holds `found` (`None`: nothing).
+    /// For custom [`SessionStore`](crate::SessionStore)s whose backend refuses the
+    /// conditional write itself; one that decides in its own code calls
+    /// [`check_revision`](crate::check_revision) instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{Error, Revision, SessionId};
+    ///
+    /// let err = Error::conflict(&SessionId::parse("s")?, Revision::from_u64(3), None);
+    /// assert!(err.is_conflict());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    #[must_use]
+    pub fn conflict(id: &SessionId, expected: Revision, found: Option<Revision>) -> Self {
+        Error::Conflict {
+            id: id.clone(),
+            expected,
+            found,
+        }
+    }
+
     pub(crate) fn io(operation: &'static str, path: &Path, source: io::Error) -> Self {
         Error::Io {
             operation,
@@ -573,7 +599,7 @@ mod tests {
                 operation: "archive sessions",
             },
             Error::TooLarge {
-                path: PathBuf::from("sessions/row-7"),
+                location: Location::Stored("sessions/row-7".into()),
                 size_bytes: 10,
                 limit_bytes: 1,
             },

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::ForkAt;
+use crate::lifecycle::{PrunePolicy, PruneReport, SessionStoreExt};
 use crate::redact::Redactor;
 use crate::session::{Session, SessionOptions, TurnOutcome};
+use crate::snapshot::ForkAt;
 use crate::snapshot::SessionSnapshot;
-use crate::store::{ListCursor, PrunePolicy, PruneReport, SessionList, SessionPage, SessionStore};
+use crate::store::{ListCursor, SessionList, SessionPage, SessionStore};
 use crate::transcript::Message;
 
 /// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor, and saves it.
@@ -403,11 +404,11 @@ where
 
     /// Forks session `id` at `at` into a new session with a generated id, saves the fork,
     /// and resumes it with a fresh engine and the options saved with the parent. The
-    /// parent is not changed. See [`SessionStore::fork`].
+    /// parent is not changed. See [`SessionStoreExt::fork`](crate::SessionStoreExt::fork).
     ///
     /// # Errors
     ///
-    /// As [`SessionStore::fork`].
+    /// As [`SessionStoreExt::fork`](crate::SessionStoreExt::fork).
     ///
     /// # Examples
     ///
@@ -453,11 +454,11 @@ where
     }
 
     /// Deletes (or with a dry run, lists) what `policy` says should go; see
-    /// [`SessionStore::prune`].
+    /// [`SessionStoreExt::prune`](crate::SessionStoreExt::prune).
     ///
     /// # Errors
     ///
-    /// As [`SessionStore::prune`].
+    /// As [`SessionStoreExt::prune`](crate::SessionStoreExt::prune).
     pub fn prune_sessions(&self, policy: &PrunePolicy) -> Result<PruneReport> {
         self.store.prune(policy)
     }

@@ -18,8 +18,8 @@
 //! | read or build the persisted state | [`SessionSnapshot`] |
 //! | convert OpenAI or Anthropic messages losslessly | [`Message::from_openai_chat`], [`Message::from_anthropic`] |
 //! | keep API keys and tokens out of stored snapshots | [`PatternRedactor`] with [`HarnessBuilder::redactor`] |
-//! | branch a session, archive it, prune old ones | [`SessionStore::fork`], [`SessionStore::set_archived`], [`SessionStore::prune`] with a [`PrunePolicy`] |
-//! | move sessions to another machine or store | [`SessionStore::export`] to a [`Bundle`], [`SessionStore::import`] |
+//! | branch a session, archive it, prune old ones | [`SessionStoreExt::fork`], [`SessionStore::set_archived`], [`SessionStoreExt::prune`] with a [`PrunePolicy`] |
+//! | move sessions to another machine or store | [`SessionStoreExt::export`] to a [`Bundle`], [`SessionStoreExt::import`] |
 //!
 //! # Quick start
 //!
@@ -106,13 +106,13 @@
 #[cfg(not(unix))]
 compile_error!("agent-session supports Unix platforms (Linux and macOS): the file store relies on Unix permissions and O_NOFOLLOW");
 
-mod bundle;
 mod clock;
 mod engine;
 mod error;
 mod harness;
 mod id;
 mod json;
+mod lifecycle;
 mod redact;
 mod session;
 mod snapshot;
@@ -120,12 +120,15 @@ mod store;
 mod transcript;
 mod usage;
 
-pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
 pub use clock::CLOCK_SKEW_TOLERANCE;
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{Revision, SessionId, MAX_ID_LEN};
+pub use lifecycle::{
+    Bundle, ImportIds, Imported, PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned,
+    SessionStoreExt, BUNDLE_VERSION,
+};
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{
     Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, INTERRUPTED_OUTPUT,
@@ -135,9 +138,9 @@ pub use snapshot::{
     ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use store::{
-    Durability, FileSessionStore, FileStoreBuilder, ListCursor, ListScope, MemorySessionStore,
-    PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned, SessionList, SessionPage,
-    SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_revision, check_stored_id, check_unchanged, Durability,
+    FileSessionStore, FileStoreBuilder, ListCursor, ListScope, MemorySessionStore, SessionList,
+    SessionPage, SessionStore, SessionSummary, StoredVersion, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 pub use transcript::{
     ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,

@@ -12,12 +12,11 @@ use crate::engine::{Completion, CompletionRequest, Engine, ToolDefinition, ToolE
 use crate::error::{BoxError, Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::json;
-use crate::snapshot::Lineage;
 use crate::snapshot::check_metadata_depth;
+use crate::snapshot::Lineage;
 use crate::snapshot::{
-    DEFAULT_MAX_TURNS,
     BlockPosition, Counts, PersistedOptions, Provenance, SessionSnapshot, SnapshotParts,
-    ToolCallRecord, ToolCallStatus,
+    ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
 };
 use crate::transcript::{
     blocks_depth, dismantle_message, dismantle_output, message_depth, ContentBlock, Message, Role,

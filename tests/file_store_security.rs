@@ -361,7 +361,7 @@ fn renamed_or_copied_snapshot_is_refused_with_id_mismatch() {
         assert_eq!(err.kind(), ErrorKind::Corrupt);
         match &err {
             Error::IdMismatch {
-                path: err_path,
+                location: Location::File(err_path),
                 expected,
                 found,
             } => {
@@ -546,7 +546,7 @@ fn snapshot_file_over_the_size_limit_is_refused() {
     assert_eq!(err.kind(), ErrorKind::Corrupt);
     match &err {
         Error::TooLarge {
-            path: err_path,
+            location: Location::File(err_path),
             size_bytes,
             limit_bytes,
         } => {
@@ -597,7 +597,7 @@ fn save_over_the_size_limit_is_refused_and_leaves_the_old_file() {
     let err = store.save(&grown).expect_err("save over the limit");
     match &err {
         Error::TooLarge {
-            path: err_path,
+            location: Location::File(err_path),
             size_bytes,
             limit_bytes,
         } => {

@@ -8,7 +8,8 @@ mod common;
 
 use agent_session::{
     BoxError, Bundle, Completion, CompletionRequest, Engine, ErrorKind, Harness, ImportIds,
-    ListCursor, MemorySessionStore, Message, SessionSnapshot, SessionStore, CLOCK_SKEW_TOLERANCE,
+    ListCursor, MemorySessionStore, Message, SessionSnapshot, SessionStore, SessionStoreExt,
+    CLOCK_SKEW_TOLERANCE,
 };
 use chrono::{DateTime, TimeZone, Utc};
 use common::sid;

@@ -25,8 +25,8 @@ use std::time::Duration;
 use agent_session::{
     Bundle, ContentBlock, Durability, Error, ErrorKind, FileSessionStore, ForkAt, Harness,
     ImportIds, ListScope, MemorySessionStore, Message, PrunePolicy, PruneReason, Revision,
-    SessionId, SessionOptions, SessionSnapshot, SessionStore, ToolCall, ToolResult, Usage,
-    DEFAULT_MAX_SNAPSHOT_BYTES,
+    SessionId, SessionOptions, SessionSnapshot, SessionStore, SessionStoreExt, ToolCall,
+    ToolResult, Usage, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use chrono::Utc;
 use common::{sid, temp_store, Calculator, RequestLog, ToolThenAnswerEngine, MODEL};

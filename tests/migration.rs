@@ -9,7 +9,7 @@ mod golden;
 
 use agent_session::{
     Bundle, Error, ErrorKind, FileSessionStore, ImportIds, Location, MemorySessionStore,
-    SessionSnapshot, SessionStore, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
+    SessionSnapshot, SessionStore, SessionStoreExt, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 use serde_json::{json, Value};
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agent_session::{
-    ErrorKind, FileSessionStore, Message, SessionId, SessionSnapshot, SessionStore,
+    ErrorKind, FileSessionStore, Message, SessionId, SessionSnapshot, SessionStore, SessionStoreExt,
 };
 use common::sid;
 

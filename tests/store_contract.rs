@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agent_session::{
     ContentBlock, Cost, Error, ErrorKind, FileSessionStore, MemorySessionStore, Message, Revision,
-    SessionSnapshot, SessionStore, ToolCall, ToolCallStatus, Usage,
+    SessionSnapshot, SessionStore, SessionStoreExt, ToolCall, ToolCallStatus, Usage,
 };
 use serde_json::json;
 
@@ -826,7 +826,7 @@ mod lifecycle {
     use agent_session::{
         Bundle, ContentBlock, Cost, Error, ErrorKind, ForkAt, ImportIds, ListScope, Message,
         PrunePolicy, PruneReason, PruneReport, Result, Revision, SessionId, SessionList,
-        SessionSnapshot, SessionStore, SessionSummary,
+        SessionSnapshot, SessionStore, SessionStoreExt, SessionSummary,
     };
     use chrono::Utc;
     use serde_json::{json, Value};

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agent_session::{
     Bundle, Error, FileSessionStore, ForkAt, ImportIds, PrunePolicy, SessionId, SessionStore,
+    SessionStoreExt,
 };
 
 use crate::{chain, display, Failure};

@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::upgrade;
-use super::{Lineage, PersistedOptions, SessionSnapshot, ToolCallRecord, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
+use super::{
+    Lineage, PersistedOptions, SessionSnapshot, ToolCallRecord, OLDEST_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+};
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::{self, strict, Field, ObjectOnly, StrictValue};

@@ -9,7 +9,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::validate::{check_depths, check_not_in_the_future, check_role_alias, check_block_roles, pair_tool_calls};
+use super::validate::{
+    check_block_roles, check_depths, check_not_in_the_future, check_role_alias, pair_tool_calls,
+};
 use super::{BlockPosition, PersistedOptions, SessionSnapshot, ToolCallRecord, ToolCallStatus};
 use crate::error::{Error, Result};
 use crate::id::Revision;

@@ -10,8 +10,8 @@ use super::{SessionSnapshot, ToolCallRecord};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::usage::UsageTotals;
 use crate::transcript::{ContentBlock, Message, Role};
+use crate::usage::UsageTotals;
 
 /// Where a forked session came from: its parent, the parent's revision it was forked
 /// from, and how many of the parent's messages it started with.
@@ -50,7 +50,7 @@ pub struct Lineage {
     pub parent_revision: Revision,
     /// How many of the parent's messages the fork started with: its first `fork_point`
     /// messages are the parent's first `fork_point` messages at `parent_revision` (when the
-    /// fork is made from a stored parent, as [`SessionStore::fork`](crate::SessionStore::fork)
+    /// fork is made from a stored parent, as [`SessionStoreExt::fork`](crate::SessionStoreExt::fork)
     /// does; a fork of a session's unsaved snapshot may hold messages the parent's stored
     /// revision does not).
     pub fork_point: usize,
@@ -226,7 +226,7 @@ fn valid_point(
 impl SessionSnapshot {
     /// A new session `id` that starts with this one's history up to `at`, recording this
     /// session as its parent ([`Lineage`]). This snapshot is not changed; save the fork
-    /// as a new session, or let [`SessionStore::fork`](crate::SessionStore::fork) do both.
+    /// as a new session, or let [`SessionStoreExt::fork`](crate::SessionStoreExt::fork) do both.
     ///
     /// The fork keeps the options, the metadata, the messages before the cut and their
     /// tool-call records. Its usage starts empty: the completions that produced the

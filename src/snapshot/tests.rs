@@ -341,4 +341,3 @@ struct Encoded<'a> {
     tool_calls: &'a [ToolCallRecord],
     usage: &'a [Usage],
 }
-

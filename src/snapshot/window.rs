@@ -20,9 +20,9 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::Lineage;
 use crate::id::{Revision, SessionId};
 use crate::json::{self, Field, ObjectOnly, StrictMap};
-use super::Lineage;
 use crate::snapshot::{PersistedOptions, SessionSnapshot, ToolCallRecord, SCHEMA_VERSION};
 use crate::transcript::{message_depth, Message};
 use crate::usage::Usage;

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore, SessionSummary,
+    check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore,
+    SessionSummary, StoredVersion,
 };
 use crate::error::{Error, Result};
 use crate::id::SessionId;
@@ -146,9 +147,11 @@ impl SessionStore for MemorySessionStore {
 
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let mut sessions = self.sessions();
-        let stored = sessions
-            .get(&listed.id)
-            .map(|s| (s.snapshot.revision(), s.snapshot.created_at(), s.archived));
+        let stored = sessions.get(&listed.id).map(|s| StoredVersion {
+            revision: s.snapshot.revision(),
+            created_at: s.snapshot.created_at(),
+            archived: s.archived,
+        });
         check_unchanged(listed, stored)?;
         sessions.remove(&listed.id);
         Ok(())

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -12,8 +11,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use super::{
-    check_page_limit, check_revision, check_unchanged, ListCursor, ListScope, Revision,
-    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
+    Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
@@ -617,11 +617,6 @@ impl PostgresSessionStore {
         receiver.recv().map_err(|_| stopped())?
     }
 
-    /// A row's name where an error takes a path.
-    fn row_path(&self, id: &SessionId) -> PathBuf {
-        PathBuf::from(format!("{}.sessions/{id}", self.schema))
-    }
-
     /// Where a row is, for error messages.
     fn location(&self, id: &SessionId) -> Location {
         Location::Stored(format!("PostgreSQL row {}.sessions id {id}", self.schema))
@@ -832,7 +827,7 @@ impl SessionStore for PostgresSessionStore {
         if bytes.len() as u64 > self.max_snapshot_bytes {
             // As the file store refuses it.
             return Err(Error::TooLarge {
-                path: self.row_path(&id),
+                location: self.location(&id),
                 size_bytes: bytes.len() as u64,
                 limit_bytes: self.max_snapshot_bytes,
             });
@@ -945,19 +940,13 @@ impl SessionStore for PostgresSessionStore {
         let size: i32 = row.try_get(1).map_err(column)?;
         let Some(bytes) = row.try_get::<_, Option<Vec<u8>>>(2).map_err(column)? else {
             return Err(Error::TooLarge {
-                path: self.row_path(id),
+                location: self.location(id),
                 size_bytes: u64::try_from(size).unwrap_or(0),
                 limit_bytes: self.max_snapshot_bytes,
             });
         };
         let mut snapshot = SessionSnapshot::from_json(&bytes).map_err(|e| e.at(&location))?;
-        if snapshot.id() != id {
-            return Err(Error::IdMismatch {
-                path: self.row_path(id),
-                expected: id.clone(),
-                found: snapshot.id().to_string(),
-            });
-        }
+        check_stored_id(id, snapshot.id(), &location)?;
         let revision = Revision::from_u64(u64::try_from(revision).unwrap_or(0));
         if snapshot.revision() != revision {
             return Err(Error::inconsistent(format!(
@@ -1105,12 +1094,10 @@ impl SessionStore for PostgresSessionStore {
         let Some(stored) = outcome else {
             return Ok(());
         };
-        let stored = stored.map(|(revision, created_ns, archived)| {
-            (
-                Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
-                DateTime::from_timestamp_nanos(created_ns),
-                archived,
-            )
+        let stored = stored.map(|(revision, created_ns, archived)| StoredVersion {
+            revision: Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
+            created_at: DateTime::from_timestamp_nanos(created_ns),
+            archived,
         });
         check_unchanged(listed, stored)?;
         // It changed and changed back between the two statements.

@@ -38,13 +38,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::atomic::{self, ReplaceError};
-use super::file::{FileSessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
-use super::fs::{FileSystem, OsFileSystem};
-use super::{Revision, SessionStore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::id::SessionId;
 use crate::snapshot::SessionSnapshot;
+use crate::store::file::atomic::{self, ReplaceError};
+use crate::store::file::fs::{FileSystem, OsFileSystem};
+use crate::store::file::FileSessionStore;
+use crate::store::DEFAULT_MAX_SNAPSHOT_BYTES;
+use crate::store::{Revision, SessionStore};
 use crate::transcript::{ContentBlock, Message};
 use crate::usage::Usage;
 
@@ -1065,7 +1066,7 @@ fn check_listing(
 ) -> Result<(), String> {
     // Every scope: an archived session must be listed too.
     let listing = store
-        .list_scoped(super::ListScope::All)
+        .list_scoped(crate::store::ListScope::All)
         .map_err(|e| format!("list: {e}"))?;
     ensure!(
         listing.unreadable.is_empty(),

@@ -11,12 +11,13 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::already_exists;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
 use crate::snapshot::Lineage;
 use crate::snapshot::SessionSnapshot;
-use crate::store::{already_exists, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES};
+use crate::store::{SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES};
 
 /// The bundle format version this release writes and reads.
 pub const BUNDLE_VERSION: u32 = 1;
@@ -50,9 +51,9 @@ struct Probe {
     agent_session_bundle: Option<u64>,
 }
 
-/// Sessions exported together: made by [`SessionStore::export`] (or [`Bundle::new`]),
+/// Sessions exported together: made by [`SessionStoreExt::export`](super::SessionStoreExt::export) (or [`Bundle::new`]),
 /// written with [`to_json`](Self::to_json), read back with [`from_json`](Self::from_json)
-/// and imported with [`SessionStore::import`].
+/// and imported with [`SessionStoreExt::import`](super::SessionStoreExt::import).
 ///
 /// Reading a bundle validates every session in it exactly as a load does (strict decoding,
 /// size and depth limits, consistency, older schema versions upgraded), and refuses the
@@ -62,7 +63,8 @@ struct Probe {
 /// # Examples
 ///
 /// ```
-/// use agent_session::{Bundle, ImportIds, MemorySessionStore, Message, SessionId, SessionSnapshot, SessionStore};
+/// use agent_session::{Bundle, ImportIds, MemorySessionStore, Message, SessionId, SessionSnapshot,
+///     SessionStore, SessionStoreExt};
 ///
 /// let here = MemorySessionStore::new();
 /// let id = SessionId::parse("notes")?;
@@ -300,7 +302,7 @@ fn first_duplicate<'a>(ids: impl Iterator<Item = &'a SessionId>) -> Option<&'a S
     ids.into_iter().find(|id| !seen.insert(*id))
 }
 
-/// Which ids [`SessionStore::import`] gives the sessions of a bundle.
+/// Which ids [`SessionStoreExt::import`](super::SessionStoreExt::import) gives the sessions of a bundle.
 ///
 /// # Examples
 ///
@@ -337,7 +339,7 @@ impl ImportIds {
     }
 }
 
-/// Where [`SessionStore::import`] put one session of a bundle.
+/// Where [`SessionStoreExt::import`](super::SessionStoreExt::import) put one session of a bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Imported {
@@ -354,7 +356,7 @@ pub struct Imported {
     pub clamped_from: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
-/// [`SessionStore::import`] for any store.
+/// [`SessionStoreExt::import`](super::SessionStoreExt::import) for any store.
 pub(crate) fn import<S: SessionStore + ?Sized>(
     store: &S,
     bundle: &Bundle,

@@ -1,13 +1,13 @@
-//! Retention: [`PrunePolicy`] says which sessions go, [`SessionStore::prune`] deletes them.
+//! Retention: [`PrunePolicy`] says which sessions go, [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) deletes them.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{ListScope, SessionStore, SessionSummary};
 use crate::error::{Error, Result};
+use crate::store::{ListScope, SessionStore, SessionSummary};
 
-/// Which sessions [`SessionStore::prune`] deletes: those older than a maximum age, those
+/// Which sessions [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) deletes: those older than a maximum age, those
 /// beyond a maximum count, and the oldest until the rest fit in a maximum total size.
 /// Limits left unset do not apply; a policy with none deletes nothing. Sessions updated in
 /// the future ([`SessionSummary::is_updated_in_the_future`]) have no known age: no limit
@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_session::{MemorySessionStore, PrunePolicy, SessionId, SessionSnapshot, SessionStore};
+/// use agent_session::{MemorySessionStore, PrunePolicy, SessionId, SessionSnapshot, SessionStore,
+///     SessionStoreExt};
 ///
 /// let store = MemorySessionStore::new();
 /// for id in ["a", "b", "c"] {
@@ -183,7 +184,7 @@ impl std::fmt::Display for PruneReason {
     }
 }
 
-/// A session [`SessionStore::prune`] deleted (or, in a dry run, would delete).
+/// A session [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) deleted (or, in a dry run, would delete).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Pruned {
@@ -195,7 +196,7 @@ pub struct Pruned {
     pub reason: PruneReason,
 }
 
-/// What [`SessionStore::prune`] did.
+/// What [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) did.
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct PruneReport {
@@ -230,7 +231,7 @@ impl PruneReport {
     }
 }
 
-/// [`SessionStore::prune`] for any store.
+/// [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) for any store.
 pub(super) fn prune<S: SessionStore + ?Sized>(
     store: &S,
     policy: &PrunePolicy,

@@ -50,17 +50,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::atomic::ReplaceError;
 use super::fault_injection::{
     appended, durable_replace, encoded, long_run, saved, scratch_dir, snapshot_on, temp_files,
     Mounted, ReplaceFn,
 };
-use super::file::{FileSessionStore, DEFAULT_MAX_SNAPSHOT_BYTES};
-use super::fs::{FileSystem, OsFileSystem};
-use super::{ListScope, SessionStore};
 use crate::error::Error;
 use crate::id::SessionId;
 use crate::snapshot::SessionSnapshot;
+use crate::store::file::atomic::ReplaceError;
+use crate::store::file::fs::{FileSystem, OsFileSystem};
+use crate::store::file::FileSessionStore;
+use crate::store::DEFAULT_MAX_SNAPSHOT_BYTES;
+use crate::store::{ListScope, SessionStore};
 
 // ---------------------------------------------------------------------------------------
 // The model.

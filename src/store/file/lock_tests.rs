@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::StoreLock;
 use crate::error::Error;
-use crate::store::fs::{FileSystem, OsFileSystem};
+use crate::store::file::fs::{FileSystem, OsFileSystem};
 
 fn store_lock(dir: &Path, timeout: Duration) -> StoreLock {
     let handle = OsFileSystem.open_dir(dir).expect("open the directory");

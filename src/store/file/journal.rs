@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::{self, strict, ObjectOnly};
-use crate::snapshot::{Change, Counts, PersistedOptions, ToolCallRecord};
+use crate::snapshot::{Change, Counts, PersistedOptions, SessionSnapshot, ToolCallRecord};
 use crate::transcript::Message;
 use crate::usage::Usage;
 
@@ -321,6 +321,58 @@ pub(crate) fn counts_after(change: &Change) -> Counts {
         tool_calls: change.from.tool_calls + change.tool_calls.len(),
         usage: change.from.usage + change.usage.len(),
     }
+}
+
+/// Whether a journal with `header` holds records for the base of session `id` stored at
+/// `revision`, created at `created_at` (rather than for an older base, or for a deleted
+/// session of the same id).
+pub(super) fn journal_follows(
+    header: &JournalHeader,
+    id: &SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+) -> bool {
+    header.id == *id && header.base_revision == revision && header.base_created_at == created_at
+}
+
+/// Applies the records of `journal` to its base `snapshot` (decoded, not yet validated),
+/// and returns where its intact records end; `None` if it holds no records for this base
+/// (empty, torn before its header, or left by an older base, which is ignored).
+pub(super) fn apply_journal(
+    snapshot: &mut SessionSnapshot,
+    journal: &[u8],
+) -> Result<Option<usize>> {
+    let frames = split(journal)?;
+    let Some(((_, first), records)) = frames.frames.split_first() else {
+        return Ok(None);
+    };
+    let header = decode_header(first)?;
+    if header.id != *snapshot.id() {
+        return Err(Error::inconsistent(format!(
+            "the journal belongs to session {}, not {}",
+            header.id,
+            snapshot.id()
+        )));
+    }
+    if !journal_follows(
+        &header,
+        snapshot.id(),
+        snapshot.revision(),
+        snapshot.created_at(),
+    ) {
+        return Ok(None);
+    }
+    if header.base != snapshot.counts() {
+        return Err(Error::inconsistent(format!(
+            "the journal's header says its base has {:?}, but the base has {:?}",
+            header.base,
+            snapshot.counts()
+        )));
+    }
+    for (_, payload) in records {
+        snapshot.apply_change(decode_record(payload)?)?;
+    }
+    Ok(Some(frames.valid_end))
 }
 
 #[cfg(test)]

@@ -1,0 +1,127 @@
+//! What a session goes through beyond save and load: forking it, pruning old sessions,
+//! and moving sessions between stores as a [`Bundle`]. Each is a workflow built on the
+//! core [`SessionStore`] methods, so every store gets them from one blanket
+//! implementation of [`SessionStoreExt`].
+
+mod bundle;
+mod prune;
+
+use crate::error::Error;
+use crate::error::Result;
+use crate::id::Revision;
+use crate::id::SessionId;
+use crate::snapshot::{ForkAt, SessionSnapshot};
+use crate::store::SessionStore;
+
+pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
+pub use prune::{PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned};
+
+/// The session workflows every [`SessionStore`] has: [`fork`](Self::fork),
+/// [`prune`](Self::prune), [`export`](Self::export) and [`import`](Self::import).
+///
+/// They are built only on the store's own methods (`load`, `save`, `list_scoped`,
+/// `delete_if_unchanged`, `stored_bytes`, `delete`), so a store gets them right by getting
+/// those right: it implements [`SessionStore`] and adds `use agent_session::SessionStoreExt;`
+/// where it calls them. They work through `Arc<S>`, `&S` and `dyn SessionStore` alike.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{ContentBlock, ForkAt, MemorySessionStore, Message, SessionId,
+///     SessionSnapshot, SessionStore, SessionStoreExt};
+///
+/// let store = MemorySessionStore::new();
+/// let parent = SessionSnapshot::builder(SessionId::parse("parent")?, "m")
+///     .transcript(vec![Message::user("hi"), Message::assistant(vec![ContentBlock::text("hello")])])
+///     .build()?;
+/// store.save(&parent)?;
+///
+/// let fork = store.fork(parent.id(), ForkAt::Messages(1), SessionId::parse("branch")?)?;
+/// assert_eq!(fork.transcript().len(), 1);
+/// assert_eq!(store.list()?.sessions.len(), 2);
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+pub trait SessionStoreExt: SessionStore {
+    /// Forks session `id` at `at` into a new session `new_id`, saved at revision 1, and
+    /// returns the fork as stored. The parent is read, never changed; the fork records it
+    /// ([`SessionSnapshot::lineage`]) and shows it in listings
+    /// ([`SessionSummary::lineage`](crate::SessionSummary::lineage)). See
+    /// [`SessionSnapshot::fork`] for what the fork keeps.
+    ///
+    /// The fork holds its own copy of the shared history (so deleting the parent never
+    /// affects it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`](crate::Error::NotFound) if there is no session `id`;
+    /// [`Error::AlreadyExists`](crate::Error::AlreadyExists) if `new_id` is taken;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a fork point the
+    /// parent does not have (see [`SessionSnapshot::fork`]); storage errors otherwise.
+    fn fork(&self, id: &SessionId, at: ForkAt, new_id: SessionId) -> Result<SessionSnapshot> {
+        let mut fork = self.load(id)?.fork(new_id, at)?;
+        let revision = self.save(&fork).map_err(already_exists)?;
+        // Exactly what was just stored, so a session resumed from it appends its next save.
+        fork.mark_stored(revision);
+        Ok(fork)
+    }
+
+    /// Deletes what `policy` says should go, oldest first, or with
+    /// [`PrunePolicy::dry_run`] only reports it. Each session is deleted through
+    /// [`delete_if_unchanged`](SessionStore::delete_if_unchanged) at the revision the
+    /// listing showed, so one saved meanwhile is kept (and reported in
+    /// [`PruneReport::skipped`]). Unreadable entries are never deleted.
+    ///
+    /// # Errors
+    ///
+    /// If the store cannot be listed; a session that cannot be deleted is reported in
+    /// [`PruneReport::skipped`] instead.
+    fn prune(&self, policy: &PrunePolicy) -> Result<PruneReport> {
+        prune::prune(self, policy)
+    }
+
+    /// Exports the sessions `ids` as a [`Bundle`]: one self-contained, versioned file
+    /// that [`import`](Self::import) reads into any store, on any machine.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](SessionStore::load), for the first session that cannot be loaded;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if an id is given twice.
+    fn export(&self, ids: &[SessionId]) -> Result<Bundle> {
+        let sessions = ids.iter().map(|id| self.load(id)).collect::<Result<_>>()?;
+        Bundle::new(sessions)
+    }
+
+    /// Imports every session of `bundle` as a new session (revision 1), under the ids
+    /// `ids` chooses, and returns where each went. All or nothing: if any target id is
+    /// taken nothing is written, and if a save fails midway the sessions already
+    /// imported are deleted again. (That holds against errors and concurrent writers; a
+    /// crash midway leaves the sessions saved before it.) A fork whose parent is imported
+    /// with it points at the parent's new id. The bundle's snapshots were validated like a
+    /// load when it was decoded ([`Bundle::from_json`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyExists`](crate::Error::AlreadyExists) if a target id is stored;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `ids` maps two
+    /// sessions to one id or a fork onto its parent's id; storage errors otherwise, or
+    /// [`Error::ImportIncomplete`](crate::Error::ImportIncomplete) if some sessions
+    /// written before the error could not be deleted again.
+    fn import(&self, bundle: &Bundle, ids: &ImportIds) -> Result<Vec<Imported>> {
+        bundle::import(self, bundle, ids)
+    }
+}
+
+impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
+
+/// A save of a new session that found its id taken reports it as such, not as a lost
+/// update.
+pub(crate) fn already_exists(error: Error) -> Error {
+    match error {
+        Error::Conflict {
+            id,
+            expected,
+            found: Some(_),
+        } if expected == Revision::NEW => Error::AlreadyExists { id },
+        other => other,
+    }
+}

@@ -1,0 +1,379 @@
+//! What is stored for a session, as a save needs to know it: reading and verifying a
+//! session's base and journal, and the per-session memory ([`Known`]) that spares a save
+//! re-reading files this store wrote itself.
+
+use std::collections::HashMap;
+use std::fs::Metadata;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::MutexGuard;
+
+use chrono::{DateTime, Utc};
+
+use super::journal::{self, apply_journal, journal_follows};
+use super::private_dir::{is_private, read_bytes, HEAD_BYTES, NAME_KEPT_CHANGING};
+use super::summary::Stamp;
+use super::{FileSessionStore, KNOWN_SESSIONS};
+use crate::error::{Error, Location, Result};
+use crate::id::{Revision, SessionId};
+use crate::snapshot::window;
+use crate::snapshot::{Counts, SessionSnapshot};
+use crate::store::{check_revision, check_stored_id};
+
+/// Base snapshots up to this size are read whole before they are decoded; larger ones a
+/// window at a time (`window.rs`), so a load's peak memory is the session it builds plus a
+/// window, not plus the file.
+pub(super) const WHOLE_READ_BYTES: u64 = 256 * 1024;
+
+/// The stored state of a session, as far as a save needs it.
+#[derive(Debug, Clone)]
+pub(super) struct Known {
+    pub(super) base: Stamp,
+    pub(super) journal: Option<Stamp>,
+    /// The stored revision: the last journal record's, or the base's.
+    pub(super) revision: Revision,
+    pub(super) created_at: DateTime<Utc>,
+    /// The stored `updated_at`, when known (always, if `verified`): a snapshot claiming to
+    /// derive from the stored state must agree on it too, so one merely labelled with the
+    /// stored revision is written whole rather than appended to something else.
+    pub(super) updated_at: Option<DateTime<Utc>>,
+    /// The stored lengths, when known (always, if the journal holds records).
+    pub(super) counts: Option<Counts>,
+    /// Where the journal's intact records end, if it holds records for this base; `None`
+    /// when there is no journal or it belongs to an older base.
+    pub(super) journal_end: Option<u64>,
+    /// Whether the base is private (mode 0600); a save rewrites one that is not.
+    pub(super) base_private: bool,
+    /// The base's own revision (the journal's records come after it).
+    pub(super) base_revision: Revision,
+    /// Whether the whole state was read and verified (or written by this store), so a
+    /// record may be appended to it.
+    pub(super) verified: bool,
+    /// Whether this store has fsynced the directory since the session's files were named
+    /// (so their names survive a power loss). A journal found on disk may have been
+    /// created by a save that crashed or failed before its directory fsync.
+    pub(super) dir_synced: bool,
+}
+
+impl FileSessionStore {
+    /// Reads and decodes the base snapshot at `path` (not yet validated) a window at a time,
+    /// so a load never holds the file's bytes and the session they make at once; a file not
+    /// in the shape this crate writes is read whole by the ordinary decoder instead.
+    pub(super) fn read_base(&self, path: &Path) -> Result<Option<(SessionSnapshot, Metadata)>> {
+        let limit = self.max_snapshot_bytes;
+        self.read_checked_with(path, limit, |file, meta| {
+            // A small file is read whole, which is quicker (measured: a 10-message session
+            // loaded in 30 us through windows, 20 us whole), and holds little.
+            let decoded = if meta.len() <= WHOLE_READ_BYTES {
+                read_bytes(file, meta, path, limit, false)
+                    .and_then(|bytes| SessionSnapshot::decode_unvalidated(&bytes))
+            } else {
+                match window::decode(file, meta.len(), limit) {
+                    Ok(Some(snapshot)) => return Ok(snapshot),
+                    Ok(None) => {
+                        let bytes = read_bytes(file, meta, path, limit, false)?;
+                        SessionSnapshot::decode_unvalidated(&bytes)
+                    }
+                    Err(window::Failure::TooLarge) => Err(Error::TooLarge {
+                        location: Location::File(path.to_path_buf()),
+                        size_bytes: limit.saturating_add(1),
+                        limit_bytes: limit,
+                    }),
+                    Err(window::Failure::Io(e)) => Err(Error::io("read", path, e)),
+                }
+            };
+            decoded.map_err(|e| e.at(&Location::file(path)))
+        })
+    }
+
+    /// Reads and verifies the state of `id` (its base snapshot and the records of its
+    /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
+    pub(super) fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
+        Ok(self.read_state(id, false)?.map(|(snapshot, known)| {
+            if let Some(known) = known {
+                self.remember_read(id, known);
+            }
+            snapshot
+        }))
+    }
+
+    /// Remembers a state read from the files. A save that could not make its record
+    /// durable marked the state so the next save rewrites it; reading the same files does
+    /// not lift that.
+    pub(super) fn remember_read(&self, id: &SessionId, mut known: Known) {
+        if let Some(before) = self.known_sessions().get(id) {
+            if before.base == known.base && before.journal == known.journal {
+                known.verified &= before.verified;
+                known.dir_synced |= before.dir_synced;
+            }
+        }
+        self.remember(id, known);
+    }
+
+    /// [`read`](Self::read), also returning what a save needs to know of the state read,
+    /// when the files did not change while they were read.
+    ///
+    /// Reads take no lock, so a save replacing the base meanwhile makes them read again.
+    /// After a few such attempts (savers rewriting the session back to back can outpace a
+    /// reader) the last one is made under the write lock, unless the caller holds it
+    /// (`locked`), so a busy session is read late rather than reported unreadable.
+    pub(super) fn read_state(
+        &self,
+        id: &SessionId,
+        locked: bool,
+    ) -> Result<Option<(SessionSnapshot, Option<Known>)>> {
+        const ATTEMPTS: usize = 3;
+        let path = self.path_of(id);
+        let journal_path = self.journal_path(id);
+        let mut lock = None;
+        for attempt in 0..=ATTEMPTS {
+            if attempt == ATTEMPTS {
+                if locked {
+                    break;
+                }
+                lock = Some(self.lock.read(&*self.fs, &|| self.check_root())?);
+            }
+            // Until the attempt under the lock, a base replaced at every look is a reason
+            // to read again, not yet an error.
+            let retry_on_change = !locked && lock.is_none();
+            let Some((mut snapshot, base)) = (match self.read_base(&path) {
+                Err(Error::Insecure { reason, .. })
+                    if retry_on_change && reason == NAME_KEPT_CHANGING =>
+                {
+                    continue
+                }
+                read => read?,
+            }) else {
+                return Ok(None);
+            };
+            check_stored_id(id, snapshot.id(), &Location::file(&path))?;
+            let base_revision = snapshot.revision();
+            let mut journal_stamp = None;
+            let mut journal_end = None;
+            let mut unchanged = true;
+            if let Some((journal, meta)) =
+                self.read_checked(&journal_path, self.max_snapshot_bytes, false)?
+            {
+                journal_end = apply_journal(&mut snapshot, &journal)
+                    .map_err(|e| e.at(&Location::file(&journal_path)))?;
+                // The stamp is from before the read: if the journal grew meanwhile, what
+                // was read is not what the stamp names.
+                unchanged = journal.len() as u64 == meta.len();
+                journal_stamp = Some(Stamp::of(&meta));
+            }
+            // A compaction may have replaced the base (and emptied the journal) while we
+            // read: the journal read belongs to the new base then, so read both again.
+            match self.fs.symlink_metadata(&path) {
+                Ok(now) if (now.dev(), now.ino()) == (base.dev(), base.ino()) => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(Error::io("inspect", &path, e)),
+            }
+            snapshot
+                .validate()
+                .map_err(|e| e.at(&Location::file(&path)))?;
+            drop(lock);
+            let revision = snapshot.revision();
+            snapshot.mark_stored(revision);
+            let known = unchanged.then(|| Known {
+                base: Stamp::of(&base),
+                journal: journal_stamp,
+                base_revision,
+                revision,
+                created_at: snapshot.created_at(),
+                updated_at: Some(snapshot.updated_at()),
+                counts: Some(snapshot.counts()),
+                journal_end: journal_end.map(|end| end as u64),
+                base_private: is_private(base.permissions().mode()),
+                verified: true,
+                dir_synced: false,
+            });
+            return Ok(Some((snapshot, known)));
+        }
+        Err(Error::Insecure {
+            path,
+            reason: "the session kept changing while it was read; if another program writes the store, retry",
+        })
+    }
+
+    /// The stored state of `id`, for a save. Called under the write lock.
+    ///
+    /// From memory if the files are the ones this store last saw (same inode, size and
+    /// times, no torn tail, and the base's header still says the same revision). Otherwise,
+    /// with `verify` (the save may append), by reading and verifying the whole state, so a
+    /// record is only ever appended to a state that loads; without it, or if the state
+    /// does not load, from the base's header and the journal's records, which is enough
+    /// to decide the compare-and-swap of a full rewrite (and lets a save repair a base
+    /// damaged past its header).
+    pub(super) fn stored_state(&self, id: &SessionId, verify: bool) -> Result<Option<Known>> {
+        let path = self.path_of(id);
+        let journal_path = self.journal_path(id);
+        let base_meta = match self.fs.symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("inspect", &path, e)),
+        };
+        let journal_meta = match self.fs.symlink_metadata(&journal_path) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io("inspect", &journal_path, e)),
+        };
+        let cached = self.known_sessions().get(id).cloned();
+        if let Some(known) = cached {
+            let same_files = known.base == Stamp::of(&base_meta)
+                && known.journal == journal_meta.as_ref().map(Stamp::of)
+                && self.is_plain(&base_meta)
+                && journal_meta.as_ref().is_none_or(|m| {
+                    // Anything past the intact records (a torn tail, an old base's records)
+                    // could have been replaced by as many new bytes: read it again.
+                    self.is_plain(m) && m.len() == known.journal_end.unwrap_or(0)
+                });
+            if same_files && self.base_header_is(id, &known)? {
+                return Ok(Some(known));
+            }
+        }
+        if verify {
+            if let Ok(Some((_, Some(known)))) = self.read_state(id, true) {
+                self.remember_read(id, known);
+                return Ok(self.known_sessions().get(id).cloned());
+            }
+        }
+        self.forget(id);
+        let mut known = self.read_stored_state(id)?;
+        if let Some(known) = &mut known {
+            // A base loosened by another program (say 0644) must not be kept: the save
+            // writes a new, private one instead of appending.
+            known.base_private = is_private(base_meta.permissions().mode());
+        }
+        Ok(known)
+    }
+
+    /// Whether the base of `id` still starts with the revision and creation time `known`
+    /// has for it: inode numbers are reused and timestamps can be coarse, so equal stamps
+    /// alone could name a base written since by another process.
+    pub(super) fn base_header_is(&self, id: &SessionId, known: &Known) -> Result<bool> {
+        let path = self.path_of(id);
+        let Some((head, _)) = self.read_checked(&path, self.max_snapshot_bytes, true)? else {
+            return Ok(false);
+        };
+        Ok(matches!(
+            SessionSnapshot::peek_header(&head, head.len() < HEAD_BYTES),
+            Ok(Some(header)) if header.id == *id
+                && header.revision == known.base_revision
+                && header.created_at == known.created_at
+        ))
+    }
+
+    /// [`stored_state`](Self::stored_state) read from the files.
+    pub(super) fn read_stored_state(&self, id: &SessionId) -> Result<Option<Known>> {
+        let path = self.path_of(id);
+        let Some((head, base)) = self.read_checked(&path, self.max_snapshot_bytes, true)? else {
+            return Ok(None);
+        };
+        let header = match SessionSnapshot::peek_header(&head, head.len() < HEAD_BYTES) {
+            Ok(Some(header)) => header,
+            // Not in the form this crate writes: decode the header from the whole file.
+            Ok(None) => {
+                let Some((bytes, _)) = self.read_checked(&path, self.max_snapshot_bytes, false)?
+                else {
+                    return Ok(None);
+                };
+                SessionSnapshot::peek_header(&bytes, true)
+                    .map_err(|e| e.at(&Location::file(&path)))?
+                    .ok_or_else(|| Error::inconsistent("the snapshot has no header"))?
+            }
+            Err(e) => return Err(e.at(&Location::file(&path))),
+        };
+        check_stored_id(id, &header.id, &Location::file(&path))?;
+        let mut known = Known {
+            base: Stamp::of(&base),
+            journal: None,
+            revision: header.revision,
+            created_at: header.created_at,
+            updated_at: None,
+            counts: None,
+            journal_end: None,
+            base_private: true,
+            base_revision: header.revision,
+            // Only the header and the records' framing were read: enough for a
+            // compare-and-swap, not to append to.
+            verified: false,
+            dir_synced: false,
+        };
+        let journal_path = self.journal_path(id);
+        let Some((bytes, meta)) =
+            self.read_checked(&journal_path, self.max_snapshot_bytes, false)?
+        else {
+            return Ok(Some(known));
+        };
+        known.journal = Some(Stamp::of(&meta));
+        let at_journal = |e: Error| e.at(&Location::file(&journal_path));
+        let frames = journal::split(&bytes).map_err(at_journal)?;
+        let Some(((_, first), records)) = frames.frames.split_first() else {
+            return Ok(Some(known));
+        };
+        let journal_header = journal::decode_header(first).map_err(at_journal)?;
+        if !journal_follows(&journal_header, id, header.revision, header.created_at) {
+            return Ok(Some(known));
+        }
+        let mut counts = journal_header.base;
+        let mut revision = header.revision;
+        for (_, payload) in records {
+            let change = journal::decode_record(payload).map_err(at_journal)?;
+            if change.revision != revision.next() || !change.from.within(counts) {
+                return Err(at_journal(Error::inconsistent(format!(
+                    "the record of revision {} does not follow revision {revision} with {counts:?}",
+                    change.revision
+                ))));
+            }
+            counts = journal::counts_after(&change);
+            revision = change.revision;
+        }
+        known.revision = revision;
+        known.counts = Some(counts);
+        known.journal_end = Some(frames.valid_end as u64);
+        Ok(Some(known))
+    }
+
+    pub(super) fn known_sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Known>> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn remember(&self, id: &SessionId, known: Known) {
+        let mut sessions = self.known_sessions();
+        if sessions.len() >= KNOWN_SESSIONS && !sessions.contains_key(id) {
+            sessions.clear();
+        }
+        sessions.insert(id.clone(), known);
+    }
+
+    pub(super) fn forget(&self, id: &SessionId) {
+        self.known_sessions().remove(id);
+    }
+
+    /// For a snapshot known to be what is stored at its revision: its revision, if the
+    /// store still holds exactly that state (same revision, creation and update times) in
+    /// files that need no repair, so saving it writes nothing; `Ok(None)` to save it as
+    /// usual; [`Error::Conflict`] if another writer moved the revision.
+    pub(super) fn unchanged(&self, snapshot: &SessionSnapshot) -> Result<Option<Revision>> {
+        let id = snapshot.id();
+        let _lock = self.write_lock()?;
+        self.check_root()?;
+        // Verified (read whole if this store does not know it), so the update time is known.
+        let stored = self.stored_state(id, true)?;
+        check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
+        Ok(stored
+            .filter(|s| {
+                s.verified
+                    && s.created_at == snapshot.created_at()
+                    && s.updated_at == Some(snapshot.updated_at())
+                    && s.counts == Some(snapshot.counts())
+                    // A base loosened by another program is rewritten private all the same.
+                    && s.base_private
+            })
+            .map(|s| s.revision))
+    }
+}

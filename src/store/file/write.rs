@@ -1,0 +1,328 @@
+//! Writing a session: appending one checksummed record to its journal when the snapshot
+//! derives from what is stored, or rewriting the whole snapshot (and emptying the journal)
+//! otherwise.
+
+use std::fs::File;
+use std::io::{self};
+
+use super::atomic::{self, ReplaceError};
+use super::journal::{self, JournalHeader, JOURNAL_VERSION};
+use super::state::Known;
+use super::summary::Stamp;
+use super::FileSessionStore;
+use crate::error::{Error, Location, Result};
+use crate::id::{Revision, SessionId};
+use crate::snapshot::SessionSnapshot;
+
+/// A journal is folded into a new base snapshot once it would grow past the larger of
+/// this and an eighth of the base, so a session never takes more than about 1.125 times
+/// its snapshot's size on disk, and compaction rewrites the history once per eighth of
+/// growth rather than once per record.
+pub(super) const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
+/// See [`MIN_JOURNAL_BYTES`].
+pub(super) const JOURNAL_FRACTION: u64 = 8;
+
+impl FileSessionStore {
+    /// Appends `snapshot`'s change since what is stored to the journal, if the snapshot
+    /// knows it derives from exactly the stored state and the journal stays within its
+    /// bound; `Ok(None)` if a full write is needed instead.
+    pub(super) fn try_append(
+        &self,
+        snapshot: &SessionSnapshot,
+        stored: &Known,
+        record: &[u8],
+    ) -> Result<Option<Revision>> {
+        let id = snapshot.id();
+        let revision = stored.revision.next();
+        let Some(provenance) = snapshot.provenance() else {
+            return Ok(None);
+        };
+        if !stored.verified
+            || !stored.base_private
+            || provenance.revision != stored.revision
+            || snapshot.created_at() != stored.created_at
+            || stored.updated_at != Some(provenance.updated_at)
+            || stored.counts != Some(provenance.stored)
+        {
+            return Ok(None);
+        }
+        // A live journal is appended to; otherwise a new one starts with a header naming
+        // the base it follows (which is then the stored state itself).
+        let (offset, header) = match stored.journal_end {
+            Some(end) => (end, Vec::new()),
+            None => (
+                0,
+                journal::encode_header(&JournalHeader {
+                    journal: u64::from(JOURNAL_VERSION),
+                    id: id.clone(),
+                    base_revision: stored.revision,
+                    base_created_at: stored.created_at,
+                    base: provenance.stored,
+                })?,
+            ),
+        };
+        let new_end = offset + (header.len() + record.len()) as u64;
+        let bound = MIN_JOURNAL_BYTES
+            .max(stored.base.size() / JOURNAL_FRACTION)
+            .min(self.max_snapshot_bytes);
+        if new_end > bound {
+            return Ok(None);
+        }
+        let path = self.journal_path(id);
+        if self.durable() && !stored.dir_synced {
+            // The base or the journal may have been named by a save whose directory fsync
+            // failed or never ran: an append acknowledged now must not rest on names a
+            // power loss could still undo.
+            self.fs.sync_dir(&self.root).map_err(|e| {
+                Error::io(
+                    "sync the store directory before appending in",
+                    &self.root,
+                    e,
+                )
+            })?;
+        }
+        let (file, created) = match self.open_checked(&path, true)? {
+            Some((file, meta)) => {
+                if offset == 0 {
+                    // An older base's records: gone for good before new ones are written.
+                    self.empty_journal(&file, meta.len())
+                        .map_err(|e| Error::io("empty the journal", &path, e))?;
+                }
+                (file, false)
+            }
+            // Gone since it was read (removed by hand): records after `offset` would follow
+            // a hole, so the save writes a whole snapshot instead.
+            None if offset > 0 => {
+                self.forget(id);
+                return Ok(None);
+            }
+            None => match self.fs.create_private(&path) {
+                Ok(file) => (file, true),
+                Err(e) => return Err(Error::io("create the journal", &path, e)),
+            },
+        };
+        let mut bytes = header;
+        bytes.extend_from_slice(record);
+        self.write_record(snapshot, stored, &file, offset, &bytes, created)?;
+        let journal_stamp = file.metadata().ok().map(|meta| Stamp::of(&meta));
+        let counts = snapshot.counts();
+        match journal_stamp {
+            Some(stamp) => self.remember(
+                id,
+                Known {
+                    base: stored.base,
+                    journal: Some(stamp),
+                    revision,
+                    created_at: stored.created_at,
+                    updated_at: Some(snapshot.updated_at()),
+                    counts: Some(counts),
+                    journal_end: Some(new_end),
+                    base_private: true,
+                    base_revision: stored.base_revision,
+                    verified: true,
+                    dir_synced: stored.dir_synced || self.durable(),
+                },
+            ),
+            None => self.forget(id),
+        }
+        self.write_summary(snapshot, revision, stored.base, journal_stamp);
+        Ok(Some(revision))
+    }
+
+    /// Writes `bytes` (a record, after a header for a new journal) at `offset` of the
+    /// journal of `snapshot`'s session and makes them durable. On failure the bytes are
+    /// taken back off where possible, so nothing changed; see the type docs otherwise.
+    pub(super) fn write_record(
+        &self,
+        snapshot: &SessionSnapshot,
+        stored: &Known,
+        file: &File,
+        offset: u64,
+        bytes: &[u8],
+        created: bool,
+    ) -> Result<()> {
+        let id = snapshot.id();
+        let path = self.journal_path(id);
+        let revision = stored.revision.next();
+        // Cut a torn tail (or an older base's records) first, so the new record can never
+        // be read as part of damaged bytes before it.
+        let written = self
+            .fs
+            .set_len(file, offset)
+            .and_then(|()| self.fs.write_all_at(file, bytes, offset))
+            .map_err(|e| Error::io("append to", &path, e));
+        if let Err(err) = written {
+            self.forget(id);
+            // Best effort: a partial record is a torn tail, cut by the next save anyway.
+            let _ = self.fs.set_len(file, offset);
+            return Err(err);
+        }
+        if self.durable() {
+            // A failed fsync is never retried (the kernel may have dropped the pages); the
+            // record is taken back off instead, so nothing changed.
+            if let Err(e) = self.fs.sync_data(file) {
+                self.forget(id);
+                // Taken back off, and the cut synced (the failed pages are gone with it),
+                // so a power loss cannot bring back a save reported as failed.
+                if self
+                    .fs
+                    .set_len(file, offset)
+                    .and_then(|()| self.fs.sync_data(file))
+                    .is_ok()
+                {
+                    return Err(Error::io("sync the journal", &path, e));
+                }
+                // The record stays, maybe without its pages: a later fdatasync could
+                // "succeed" without them and leave a hole before later records. So the
+                // next save of this session writes a whole new snapshot instead.
+                if let Ok(meta) = file.metadata() {
+                    self.remember(
+                        id,
+                        Known {
+                            journal: Some(Stamp::of(&meta)),
+                            revision,
+                            updated_at: Some(snapshot.updated_at()),
+                            counts: Some(snapshot.counts()),
+                            journal_end: Some(meta.len()),
+                            verified: false,
+                            ..stored.clone()
+                        },
+                    );
+                }
+                return Err(Error::NotDurable {
+                    id: id.clone(),
+                    revision,
+                    dir: self.root.clone(),
+                    source: e,
+                });
+            }
+            if created {
+                if let Err(source) = self.fs.sync_dir(&self.root) {
+                    self.forget(id);
+                    return Err(Error::NotDurable {
+                        id: id.clone(),
+                        revision,
+                        dir: self.root.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `snapshot` as a new base at `revision` and empties the journal.
+    pub(super) fn rewrite(
+        &self,
+        snapshot: &SessionSnapshot,
+        revision: Revision,
+    ) -> Result<Revision> {
+        let id = snapshot.id();
+        let path = self.path_of(id);
+        self.check_journal_slot(id)?;
+        let bytes = snapshot.to_json_with_revision(revision)?;
+        if bytes.len() as u64 > self.max_snapshot_bytes {
+            return Err(Error::TooLarge {
+                location: Location::File(path),
+                size_bytes: bytes.len() as u64,
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        }
+        self.forget(id);
+        let replaced = atomic::replace(
+            &*self.fs,
+            &self.root,
+            &path,
+            &format!(".{id}."),
+            &bytes,
+            self.durable(),
+        );
+        let not_durable = match replaced {
+            Ok(()) => None,
+            Err(ReplaceError::Unchanged(err)) => return Err(err),
+            Err(ReplaceError::NotDurable(source)) => Some(source),
+        };
+        // The journal's records are in the new base now, and its header names an older
+        // revision, so it is ignored even if this truncation is lost in a crash.
+        let journal_path = self.journal_path(id);
+        let journal = match self.open_checked(&journal_path, true) {
+            // The rename may not survive a power loss: the old base would come back, and
+            // needs its journal. The next append empties it, after syncing the directory.
+            Ok(Some((file, _))) if not_durable.is_some() => {
+                file.metadata().ok().map(|meta| Stamp::of(&meta))
+            }
+            Ok(Some((file, meta))) => match self.empty_journal(&file, meta.len()) {
+                Ok(()) => file.metadata().ok().map(|meta| Stamp::of(&meta)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        if let Ok(base) = self.fs.symlink_metadata(&path) {
+            let base = Stamp::of(&base);
+            let journal_exists = self.fs.symlink_metadata(&journal_path).is_ok();
+            if journal.is_some() || !journal_exists {
+                self.remember(
+                    id,
+                    Known {
+                        base,
+                        journal,
+                        revision,
+                        created_at: snapshot.created_at(),
+                        updated_at: Some(snapshot.updated_at()),
+                        counts: Some(snapshot.counts()),
+                        journal_end: None,
+                        base_private: true,
+                        base_revision: revision,
+                        verified: true,
+                        dir_synced: not_durable.is_none() && self.durable(),
+                    },
+                );
+                self.write_summary(snapshot, revision, base, journal);
+            }
+        }
+        match not_durable {
+            None => Ok(revision),
+            Some(source) => Err(Error::NotDurable {
+                id: id.clone(),
+                revision,
+                dir: self.root.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Refuses to write a base beside a journal path that a load would refuse: a load reads
+    /// whatever `<id>.journal` is, and a symbolic link, a directory, a FIFO, a hard-linked
+    /// file or a file of another user there makes the session unloadable. A save that
+    /// wrote the base anyway would acknowledge a session that never loads.
+    pub(super) fn check_journal_slot(&self, id: &SessionId) -> Result<()> {
+        let path = self.journal_path(id);
+        match self.fs.symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => Err(Error::Insecure {
+                path,
+                reason: "the journal path is a symbolic link, which is never followed, so the session could not be loaded; remove it and save again",
+            }),
+            Ok(meta) if !meta.is_file() => Err(Error::Insecure {
+                path,
+                reason: "the journal path is not a regular file (a directory, FIFO, socket or device), so the session could not be loaded; remove it and save again",
+            }),
+            Ok(meta) => self.check_file(&path, &meta),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("inspect", &path, e)),
+        }
+    }
+
+    /// Truncates a journal of `len` bytes to nothing, durably: a new journal is later
+    /// written from offset 0, and if a crash kept those bytes but lost an unsynced
+    /// truncation, they would land over old records still on disk.
+    pub(super) fn empty_journal(&self, file: &File, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.fs.set_len(file, 0)?;
+        if self.durable() {
+            self.fs.sync_data(file)?;
+        }
+        Ok(())
+    }
+}
