@@ -1,4 +1,4 @@
-//! The `agent` example (examples/agent/), run as a process the way a user runs it.
+//! The `agent-session` command (cli/src/), run as a process the way a user runs it.
 //!
 //! Each test works in its own temporary directory, used as the working directory (so the
 //! default store `.agent-session/sessions` and the `read_file` workspace are in it). The
@@ -11,7 +11,6 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::sync::OnceLock;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -22,57 +21,12 @@ use agent_session::{
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------
-// Running the example
+// Running the command
 // ---------------------------------------------------------------------------------------
 
-/// The example binary, built once per test run.
-///
-/// `cargo test` puts test binaries in `<target>/<profile>/deps/` and examples in
-/// `<target>/<profile>/examples/`. `cargo test --test cli` does not build examples, so the
-/// example is built here (a no-op when it is up to date, and never a stale binary).
+/// The `agent-session` binary, which cargo builds before it runs this test.
 fn agent_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binaries live in <target>/<profile>/deps");
-        let bin = profile_dir.join("examples").join("agent");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--quiet", "--example", "agent"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cargo.arg("--release");
-        }
-        if let Some(target_dir) = profile_dir.parent() {
-            cargo.arg("--target-dir").arg(target_dir);
-        }
-        // Variables cargo sets for this test would look like a changed environment to
-        // build scripts (ring's tracks CARGO_MANIFEST_DIR) and force a rebuild.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy().into_owned();
-            if name.starts_with("CARGO_PKG_")
-                || name.starts_with("CARGO_MANIFEST_")
-                || [
-                    "CARGO_CRATE_NAME",
-                    "CARGO_PRIMARY_PACKAGE",
-                    "CARGO_TARGET_TMPDIR",
-                ]
-                .contains(&name.as_str())
-            {
-                cargo.env_remove(name);
-            }
-        }
-        let status = cargo.status().expect("cargo runs");
-        assert!(
-            status.success() || bin.exists(),
-            "cargo build --example agent failed"
-        );
-        assert!(bin.exists(), "{} was not built", bin.display());
-        bin
-    })
+    Path::new(env!("CARGO_BIN_EXE_agent-session"))
 }
 
 /// Environment variables that would change which engine or store the agent uses.
@@ -2100,8 +2054,9 @@ fn import_reads_stdin_and_single_snapshot_files_of_older_schema_versions() {
     );
 
     // A bare v1 snapshot (a file of an older release's store) imports as a session of one.
+    // The golden file is the library's (the workspace root's tests/fixtures/).
     let v1 = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/v1/tool_calls_with_interrupted.json");
+        .join("../tests/fixtures/v1/tool_calls_with_interrupted.json");
     let out = ws
         .run_on(
             &target,
