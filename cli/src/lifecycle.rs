@@ -28,9 +28,9 @@ others unless --archived-only is given. A session saved while the prune runs is 
 forks whole.
 
 Examples:
-  agent sessions prune --max-age 30d --dry-run    what would go, nothing deleted
-  agent sessions prune --max-count 100            keep the 100 newest
-  agent sessions prune --archived-only --max-age 7d";
+  agent-session sessions prune --max-age 30d --dry-run    what would go, nothing deleted
+  agent-session sessions prune --max-count 100            keep the 100 newest
+  agent-session sessions prune --archived-only --max-age 7d";
 
 /// Shown in the help of `sessions fork`.
 pub const FORK_HELP: &str = "\
@@ -39,8 +39,8 @@ zero) and records where it came from; `sessions list` shows it as `fork of PAREN
 The parent is not changed. A cut between a tool call and its result is refused.
 
 The new id is printed on stdout, alone on its line:
-  new=$(agent sessions fork 0190c3e2-... --at turn:2)
-  agent run --resume \"$new\" \"try the other approach\"";
+  new=$(agent-session sessions fork 0190c3e2-... --at turn:2)
+  agent-session run --resume \"$new\" \"try the other approach\"";
 
 /// `--at`: `message:N`, `turn:N` or `end`.
 pub fn parse_fork_at(text: &str) -> Result<ForkAt, String> {
@@ -311,7 +311,7 @@ fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<(), Failure> 
         // Checked again right before the rename, which narrows the window but does not
         // close it: rename(2) has no "only over a regular file" flag, and renameat2's
         // RENAME_EXCHANGE (swap, look at what came back, swap back) needs unsafe code or a
-        // dependency feature this example does not have. What remains is benign: only
+        // dependency feature this crate does not have. What remains is benign: only
         // someone who can write to the directory can swap the entry in that instant, the
         // rename replaces the name only (it never writes through a link or into a device),
         // and in a sticky directory such as /tmp they can swap only entries of their own.

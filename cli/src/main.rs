@@ -1,14 +1,17 @@
-//! `agent`: a command-line agent whose conversations continue across invocations.
+//! `agent-session`: a command-line agent whose conversations continue across invocations.
 //!
 //! ```text
-//! cargo run --example agent -- run "calc 2*(3+4)"
-//! cargo run --example agent -- run --continue "what did I ask before?"
-//! cargo run --example agent -- sessions list
-//! cargo run --example agent -- chat --resume <ID>
-//! cargo run --example agent -- sessions fork <ID> --at turn:1
-//! cargo run --example agent -- sessions prune --max-age 30d --dry-run
-//! cargo run --example agent -- sessions export <ID> -o backup.jsonl
+//! agent-session run "calc 2*(3+4)"
+//! agent-session run --continue "what did I ask before?"
+//! agent-session sessions list
+//! agent-session chat --resume <ID>
+//! agent-session sessions fork <ID> --at turn:1
+//! agent-session sessions prune --max-age 30d --dry-run
+//! agent-session sessions export <ID> -o backup.jsonl
 //! ```
+//!
+//! Installed with `cargo install --path cli` (from a checkout of the repository), or run
+//! in place with `cargo run -q -p agent-session-cli -- ARGS`.
 //!
 //! Every conversation is a session of the `agent-session` crate, kept in a
 //! [`FileSessionStore`] (`.agent-session/sessions` under the current directory, or
@@ -103,19 +106,19 @@ const SYSTEM_PROMPT: &str = "You are a helpful agent in a terminal. Use the calc
 
 const EXAMPLES: &str = "\
 Examples:
-  agent run \"calc 2*(3+4)\"                        start a session with one prompt
-  agent run --continue \"what did I ask before?\"   continue the most recent session
-  agent chat --resume 0190c3e2-...                continue a session interactively
-  agent script prompts.txt                        one prompt per line, in one session
-  agent sessions list                             newest first
-  agent sessions list --limit 20                  one page; prints how to get the next
-  agent sessions show 0190c3e2-...                the transcript, tool calls with results
-  agent sessions fork 0190c3e2-... --at turn:2    a new session with its first 2 turns
-  agent sessions archive 0190c3e2-...             hide it from the list (still resumes)
-  agent sessions list --all                       archived sessions too
-  agent sessions prune --max-age 30d --dry-run    what pruning would delete
-  agent sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
-  agent sessions import s.jsonl                   into this store (--new-ids: renamed)
+  agent-session run \"calc 2*(3+4)\"                        start a session with one prompt
+  agent-session run --continue \"what did I ask before?\"   continue the most recent session
+  agent-session chat --resume 0190c3e2-...                continue a session interactively
+  agent-session script prompts.txt                        one prompt per line, in one session
+  agent-session sessions list                             newest first
+  agent-session sessions list --limit 20                  one page; prints how to get the next
+  agent-session sessions show 0190c3e2-...                the transcript, tool calls with results
+  agent-session sessions fork 0190c3e2-... --at turn:2    a new session with its first 2 turns
+  agent-session sessions archive 0190c3e2-...             hide it from the list (still resumes)
+  agent-session sessions list --all                       archived sessions too
+  agent-session sessions prune --max-age 30d --dry-run    what pruning would delete
+  agent-session sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
+  agent-session sessions import s.jsonl                   into this store (--new-ids: renamed)
 
 The session id is printed on stderr when a command starts. Sessions are saved at every
 step of a turn; if the agent is killed or interrupted mid-turn, the tool calls that were
@@ -138,7 +141,7 @@ or against an OpenAI-compatible API when OPENAI_API_KEY is set.";
 /// The command line.
 #[derive(Parser)]
 #[command(
-    name = "agent",
+    name = "agent-session",
     version,
     about = "A command-line agent whose conversations continue across runs",
     long_about = LONG_ABOUT,
@@ -345,11 +348,11 @@ impl From<Error> for Failure {
         let mut message = chain(&e);
         match e.kind() {
             ErrorKind::NotFound if !matches!(e, Error::NoSessions) => {
-                message.push_str("\nhint: `agent sessions list` shows the saved sessions");
+                message.push_str("\nhint: `agent-session sessions list` shows the saved sessions");
             }
             ErrorKind::Corrupt => {
                 message.push_str(
-                    "\nhint: the other sessions are unaffected; `agent sessions delete ID` removes this one",
+                    "\nhint: the other sessions are unaffected; `agent-session sessions delete ID` removes this one",
                 );
             }
             _ => {}
@@ -503,7 +506,7 @@ fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
         } => {
             if max_age.is_none() && max_count.is_none() && max_bytes.is_none() {
                 return Err(Failure::Usage(
-                    "sessions prune needs a limit: --max-age DURATION, --max-count N or --max-bytes SIZE (with none it would delete nothing)\nsee `agent sessions prune --help`"
+                    "sessions prune needs a limit: --max-age DURATION, --max-count N or --max-bytes SIZE (with none it would delete nothing)\nsee `agent-session sessions prune --help`"
                         .to_owned(),
                 ));
             }
@@ -591,7 +594,7 @@ fn list(
             ListScope::All => " --all",
             _ => "",
         };
-        eprintln!("more: agent sessions list{flag} --limit {limit} --after {next}");
+        eprintln!("more: agent-session sessions list{flag} --limit {limit} --after {next}");
     }
     printed
 }

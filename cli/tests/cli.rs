@@ -1483,7 +1483,7 @@ fn list_pages_through_archived_sessions_with_all() {
     let more = first
         .stderr
         .lines()
-        .find_map(|l| l.strip_prefix("more: agent "))
+        .find_map(|l| l.strip_prefix("more: agent-session "))
         .unwrap_or_else(|| panic!("no next-page command: {first:#?}"));
     assert!(
         more.contains("--all"),
