@@ -117,6 +117,9 @@ mod redact;
 mod session;
 mod snapshot;
 mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod transcript;
 mod usage;
 

@@ -1,0 +1,348 @@
+//! The store contract suite: the cases every [`SessionStore`] of this crate passes, for a
+//! custom store to run in one call (feature `testing`).
+//!
+//! [`contract`] runs each case on a fresh store: round trips of every kind of content,
+//! revisions and conflicts, deletes, listing order and pages, 8 threads of
+//! read-modify-write saves, clocks ahead, then the lifecycle workflows built on the store
+//! (fork, archive, the conditional delete, prune, export and import). A case that fails
+//! panics, naming the case, as a test assertion does, so call it from a `#[test]`.
+//!
+//! Two behaviours are optional, and the cases that need them are skipped (and listed in
+//! [`ContractReport::skipped`]) for a store without them: archiving
+//! ([`SessionStore::set_archived`] returns [`Error::Unsupported`](crate::Error::Unsupported)),
+//! and not writing a snapshot that is unchanged since it was loaded (only the crate's own
+//! stores can tell). Call [`ContractReport::assert_complete`] to require both.
+//!
+//! # Examples
+//!
+//! [`MemorySessionStore`](crate::MemorySessionStore) passes every case:
+//!
+//! ```
+//! use agent_session::{testing, MemorySessionStore};
+//!
+//! let report = testing::contract(MemorySessionStore::new);
+//! report.assert_complete();
+//! assert!(report.passed.len() > 30);
+//! ```
+//!
+//! In a crate with its own store, enable the feature for its tests only:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! agent-session = { version = "0.1", features = ["testing"] }
+//! ```
+
+mod cases;
+mod lifecycle;
+mod support;
+
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
+
+use crate::error::Error;
+use crate::id::SessionId;
+use crate::snapshot::SessionSnapshot;
+use crate::store::SessionStore;
+
+pub use support::rich_snapshot;
+
+/// What [`contract`] ran: the cases that passed, and those it skipped because the store
+/// lacks an optional behaviour. (A failing case panics instead.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContractReport {
+    /// The names of the cases that passed, in the order they ran.
+    pub passed: Vec<&'static str>,
+    /// The cases that were not run, each with the behaviour it needs.
+    pub skipped: Vec<SkippedCase>,
+}
+
+/// A case of the contract that [`contract`] did not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedCase {
+    /// The case's name.
+    pub case: &'static str,
+    /// The optional behaviour it needs, which the store does not have.
+    pub needs: &'static str,
+}
+
+impl ContractReport {
+    /// Panics unless every case ran: for a store that archives and writes nothing for an
+    /// unchanged snapshot, as the crate's own stores do.
+    ///
+    /// # Panics
+    ///
+    /// If any case was skipped, listing them.
+    pub fn assert_complete(&self) {
+        assert!(
+            self.skipped.is_empty(),
+            "the store contract skipped {} case(s): {}",
+            self.skipped.len(),
+            self.skipped
+                .iter()
+                .map(|s| format!("{} (needs {})", s.case, s.needs))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
+impl fmt::Display for ContractReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "store contract: {} cases passed, {} skipped",
+            self.passed.len(),
+            self.skipped.len()
+        )?;
+        for skipped in &self.skipped {
+            write!(f, "\n  skipped {}: needs {}", skipped.case, skipped.needs)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a case needs beyond the required behaviour of a store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Nothing,
+    Archiving,
+    UnchangedSaves,
+}
+
+const ARCHIVING: &str = "archiving (set_archived, and list_scoped showing archived sessions)";
+const UNCHANGED_SAVES: &str =
+    "saves that write nothing for a snapshot unchanged since it was loaded";
+
+/// Runs every case of the store contract, each on a fresh store from `make`, and reports
+/// what ran.
+///
+/// `make` must return a new, empty store at every call (a fresh directory, schema, key
+/// prefix or in-memory map): cases count and list the sessions they saved.
+///
+/// # Panics
+///
+/// When a case fails: with the case's name and its assertion's message (the assertion
+/// itself is printed just before, with where it failed). Also if `make` returns a store
+/// that cannot save or delete a first session.
+#[allow(clippy::too_many_lines)] // one line per case: the list is the suite
+pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
+    use Needs::{Archiving, Nothing, UnchangedSaves};
+
+    let mut run = Runner {
+        archives: archives(&make()),
+        skips_unchanged_saves: skips_unchanged_saves(&make()),
+        report: ContractReport::default(),
+        make,
+    };
+    macro_rules! on_store {
+        ($needs:expr, $module:ident :: $case:ident) => {
+            run.case(stringify!($case), $needs, |make| $module::$case(&make()))
+        };
+    }
+    macro_rules! with_make {
+        ($needs:expr, $module:ident :: $case:ident) => {
+            run.case(stringify!($case), $needs, |make| $module::$case(make))
+        };
+    }
+    on_store!(
+        Nothing,
+        cases::save_then_load_round_trips_with_the_stored_revision
+    );
+    on_store!(
+        Nothing,
+        cases::first_save_is_revision_one_and_each_save_increments
+    );
+    on_store!(
+        Nothing,
+        cases::stale_revision_is_a_conflict_and_keeps_the_winner
+    );
+    on_store!(Nothing, cases::new_snapshot_over_existing_id_is_a_conflict);
+    on_store!(Nothing, cases::missing_id_is_not_found_for_load_and_delete);
+    on_store!(
+        Nothing,
+        cases::delete_then_save_new_starts_again_at_revision_one
+    );
+    on_store!(
+        Nothing,
+        cases::list_is_newest_first_with_ties_by_id_descending
+    );
+    on_store!(Nothing, cases::pages_walk_the_listing_in_order_exactly_once);
+    on_store!(Nothing, cases::concurrent_read_modify_write_loses_no_update);
+    on_store!(
+        UnchangedSaves,
+        cases::an_unchanged_snapshot_is_not_saved_again
+    );
+    on_store!(
+        Nothing,
+        cases::an_edit_between_a_save_and_mark_saved_is_never_taken_for_no_change
+    );
+    on_store!(
+        Nothing,
+        cases::a_session_updated_in_the_future_is_never_latest_and_never_pruned
+    );
+
+    on_store!(
+        Nothing,
+        lifecycle::fork_at_message_turn_and_end_copies_the_prefix_and_records_lineage
+    );
+    on_store!(
+        Nothing,
+        lifecycle::fork_refuses_taken_ids_missing_parents_and_split_tool_calls
+    );
+    on_store!(
+        Nothing,
+        lifecycle::fork_of_a_fork_records_its_immediate_parent
+    );
+    on_store!(
+        Nothing,
+        lifecycle::deleting_a_parent_leaves_its_forks_loadable_and_unchanged
+    );
+    on_store!(
+        Archiving,
+        lifecycle::archive_hides_from_list_but_keeps_loading_saving_and_forking
+    );
+    on_store!(
+        Archiving,
+        lifecycle::archive_is_idempotent_and_missing_ids_are_not_found
+    );
+    on_store!(
+        Archiving,
+        lifecycle::deleting_an_archived_session_clears_its_archive_state
+    );
+    on_store!(
+        Nothing,
+        lifecycle::delete_if_unchanged_deletes_only_the_revision_listed
+    );
+    on_store!(
+        Archiving,
+        lifecycle::delete_if_unchanged_keeps_a_session_re_created_archived_or_restored_since
+    );
+    on_store!(
+        Nothing,
+        lifecycle::prune_by_age_deletes_sessions_older_than_the_limit
+    );
+    on_store!(Archiving, lifecycle::prune_by_count_keeps_the_newest);
+    on_store!(
+        Nothing,
+        lifecycle::prune_by_size_keeps_the_newest_that_fit_and_deletes_every_older_one
+    );
+    on_store!(
+        Nothing,
+        lifecycle::prune_reports_the_first_limit_broken_oldest_first
+    );
+    on_store!(
+        Archiving,
+        lifecycle::prune_dry_run_deletes_nothing_and_reports_what_the_real_run_deletes
+    );
+    on_store!(
+        Archiving,
+        lifecycle::prune_archived_only_leaves_active_sessions_alone
+    );
+    on_store!(Archiving, lifecycle::prune_with_no_limits_deletes_nothing);
+    on_store!(
+        Nothing,
+        lifecycle::prune_keeps_a_session_saved_after_the_listing
+    );
+    on_store!(
+        Archiving,
+        lifecycle::prune_keeps_a_session_archived_restored_or_re_created_after_the_listing
+    );
+    with_make!(
+        Nothing,
+        lifecycle::export_then_import_keep_stores_equal_sessions_at_revision_one
+    );
+    with_make!(
+        Nothing,
+        lifecycle::import_fresh_gives_new_ids_and_repoints_forks_at_their_parents
+    );
+    with_make!(
+        Nothing,
+        lifecycle::import_map_renames_only_the_mapped_sessions
+    );
+    with_make!(Archiving, lifecycle::import_into_a_taken_id_writes_nothing);
+    with_make!(
+        Nothing,
+        lifecycle::import_refuses_a_fork_mapped_onto_its_parents_id
+    );
+    with_make!(
+        Nothing,
+        lifecycle::import_failing_midway_deletes_what_it_wrote
+    );
+    with_make!(
+        Nothing,
+        lifecycle::import_that_cannot_delete_what_it_wrote_names_what_is_left
+    );
+    on_store!(Nothing, lifecycle::export_refuses_missing_and_repeated_ids);
+    on_store!(Nothing, lifecycle::bundle_json_round_trips_byte_for_byte);
+    run.report
+}
+
+/// Runs cases on fresh stores and records what ran.
+struct Runner<F> {
+    make: F,
+    archives: bool,
+    skips_unchanged_saves: bool,
+    report: ContractReport,
+}
+
+impl<S: SessionStore, F: Fn() -> S> Runner<F> {
+    fn case(&mut self, name: &'static str, needs: Needs, case: impl FnOnce(&F)) {
+        let missing = match needs {
+            Needs::Archiving if !self.archives => Some(ARCHIVING),
+            Needs::UnchangedSaves if !self.skips_unchanged_saves => Some(UNCHANGED_SAVES),
+            _ => None,
+        };
+        if let Some(needs) = missing {
+            self.report.skipped.push(SkippedCase { case: name, needs });
+            return;
+        }
+        let make = &self.make;
+        if let Err(panic) = panic::catch_unwind(AssertUnwindSafe(|| case(make))) {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("store contract case `{name}` failed: {message}");
+        }
+        self.report.passed.push(name);
+    }
+}
+
+/// A session the probes save and delete again.
+fn probe() -> SessionSnapshot {
+    let id = SessionId::parse("contract-probe").expect("a valid id");
+    SessionSnapshot::builder(id, "m")
+        .build()
+        .expect("an empty snapshot builds")
+}
+
+/// Whether `store` archives: `set_archived` on a stored session is not
+/// [`Error::Unsupported`].
+fn archives<S: SessionStore>(store: &S) -> bool {
+    let snapshot = probe();
+    store
+        .save(&snapshot)
+        .expect("the store saves a first session");
+    let archives = match store.set_archived(snapshot.id(), true) {
+        Ok(()) => true,
+        Err(Error::Unsupported { .. }) => false,
+        Err(e) => panic!("set_archived on a stored session failed: {e}"),
+    };
+    store.delete(snapshot.id()).expect("the store deletes it");
+    archives
+}
+
+/// Whether `store` writes nothing for a snapshot saved just as it was loaded.
+fn skips_unchanged_saves<S: SessionStore>(store: &S) -> bool {
+    let snapshot = probe();
+    store
+        .save(&snapshot)
+        .expect("the store saves a first session");
+    let loaded = store.load(snapshot.id()).expect("the store loads it");
+    let skips = store.save(&loaded).expect("the store saves it again") == loaded.revision();
+    store.delete(snapshot.id()).expect("the store deletes it");
+    skips
+}
