@@ -1,39 +1,47 @@
-//! Keeping sessions in your own backend: implement [`SessionStore`].
+//! Keeping sessions in your own backend: implement [`SessionStore`], then check it with
+//! the crate's store contract suite.
 //!
 //! ```sh
-//! cargo run --example custom_store
+//! cargo run --example custom_store     # the demonstration, then the contract report
+//! cargo test --example custom_store    # the contract suite as a test
 //! ```
 //!
 //! The backend here is [`KeyValueService`], an in-process stand-in for a remote key-value
 //! service (etcd, Consul, `DynamoDB`, Redis with a script, an object store with
-//! conditional writes): keys map to bytes, every key has a version, and a write can be made conditional
-//! on the version. That conditional write is what makes [`SessionStore::save`] a correct
-//! compare-and-swap: two application instances that resume the same session cannot
-//! overwrite each other's turns. The example shows the second writer being refused with
-//! [`Error::Conflict`] and recovering by reloading.
+//! conditional writes): keys map to bytes, every key has a version, and a write can be
+//! made conditional on the version. That conditional write is what makes
+//! [`SessionStore::save`] a correct compare-and-swap: two application instances that
+//! resume the same session cannot overwrite each other's turns. The example shows the
+//! second writer being refused with [`Error::Conflict`] and recovering by reloading.
 //!
 //! The rules a store must follow (see [`SessionStore`]):
 //!
 //! - `save` stores the snapshot at `snapshot.revision().next()` only if the stored revision
 //!   is still `snapshot.revision()` ([`Revision::NEW`]: only if nothing is stored), and
-//!   otherwise fails with [`Error::Conflict`], changing nothing;
-//! - `load` returns the snapshot with its stored revision set, via
-//!   [`SessionSnapshot::with_revision`];
+//!   otherwise fails with [`Error::Conflict`] (built with [`Error::conflict`]), changing
+//!   nothing;
+//! - `load` returns the snapshot with its stored revision set, marked as the stored one
+//!   ([`SessionSnapshot::stored_at`]), and refuses bytes filed under another id
+//!   ([`check_stored_id`]);
 //! - a failed call changes nothing.
 //!
-//! Fork, prune, export and import then work through the trait's default methods. This
-//! store also overrides `delete_if_unchanged` with the service's conditional delete, so a
-//! prune never deletes a session saved after it was listed, and `stored_bytes`.
+//! Four methods are required. This store also implements the optional storage primitives
+//! the crate's own stores have: archiving (`set_archived`, `list_scoped`), a conditional
+//! delete in one step (`delete_if_unchanged`, checked with [`check_unchanged`], so a prune
+//! never deletes a session saved after it was listed), and `stored_bytes`. Fork, prune,
+//! export and import then come with every store through [`SessionStoreExt`]. Finally,
+//! `agent_session::testing::contract` (the `testing` feature) runs the same cases against
+//! it as against the crate's stores, and every one passes.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agent_session::{
-    check_stored_id, BoxError, Bundle, Completion, CompletionRequest, ContentBlock, Cost, Engine,
-    Error, ForkAt, Harness, ImportIds, Location, Message, PrunePolicy, Revision, Role, SessionId,
-    SessionList, SessionOptions, SessionSnapshot, SessionStore, SessionStoreExt, SessionSummary,
-    Usage,
+    check_stored_id, check_unchanged, testing, BoxError, Bundle, Completion, CompletionRequest,
+    ContentBlock, Cost, Engine, Error, ForkAt, Harness, ImportIds, ListScope, Location, Message,
+    PrunePolicy, Revision, Role, SessionId, SessionList, SessionOptions, SessionSnapshot,
+    SessionStore, SessionStoreExt, SessionSummary, StoredVersion, Usage,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -78,6 +86,13 @@ impl KeyValueService {
         Ok(version)
     }
 
+    /// Writes `bytes` under `key` whatever its version.
+    fn put(&self, key: &str, bytes: Vec<u8>) {
+        let mut entries = self.entries();
+        let version = entries.get(key).map_or(0, |entry| entry.version) + 1;
+        entries.insert(key.to_owned(), Versioned { version, bytes });
+    }
+
     fn delete(&self, key: &str) -> bool {
         self.entries().remove(key).is_some()
     }
@@ -113,12 +128,20 @@ impl KeyValueService {
 
 /// Sessions as `sessions/<id>` keys. The service's key version *is* the session's
 /// revision, so the service's conditional write does the compare-and-swap.
+///
+/// An archived session has a second key, `archived/<id>`, whose value is the creation time
+/// of the session it archives: the archive state lives beside the snapshot, so archiving
+/// neither rewrites the session nor moves its revision. A marker counts only while it names
+/// the stored session's creation time, so a marker left behind (a delete that stopped
+/// between its two keys, or an archive racing a delete) never archives a new session saved
+/// later under the same id.
 #[derive(Debug, Clone)]
 struct KvSessionStore {
     service: Arc<KeyValueService>,
 }
 
 const PREFIX: &str = "sessions/";
+const ARCHIVED: &str = "archived/";
 
 impl KvSessionStore {
     fn new(service: Arc<KeyValueService>) -> Self {
@@ -129,11 +152,40 @@ impl KvSessionStore {
     fn key(id: &SessionId) -> String {
         format!("{PREFIX}{id}")
     }
+
+    fn marker_key(id: &SessionId) -> String {
+        format!("{ARCHIVED}{id}")
+    }
+
+    /// The marker's value for a session created at `snapshot.created_at()`.
+    fn marker(snapshot: &SessionSnapshot) -> Vec<u8> {
+        snapshot.created_at().to_rfc3339().into_bytes()
+    }
+
+    /// Whether the stored `snapshot` is archived: its marker names its creation time.
+    fn is_archived(&self, snapshot: &SessionSnapshot) -> bool {
+        self.service
+            .get(&Self::marker_key(snapshot.id()))
+            .is_some_and(|marker| marker.bytes == Self::marker(snapshot))
+    }
 }
 
 impl SessionStore for KvSessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> agent_session::Result<Revision> {
         let expected = snapshot.revision();
+        // A snapshot exactly as stored at its revision (loaded and saved again unchanged)
+        // writes nothing and keeps its revision, so other holders of that revision meet no
+        // conflict over a change that never happened. The snapshot only knows it came
+        // unchanged from *a* store; the bytes tell that it is this one's.
+        if snapshot.is_unchanged_since_stored() {
+            if let Some(stored) = self.service.get(&Self::key(snapshot.id())) {
+                if stored.version == expected.as_u64()
+                    && stored.bytes == snapshot.to_json_with_revision(expected)?
+                {
+                    return Ok(expected);
+                }
+            }
+        }
         let revision = expected.next();
         // Encode it as it will be stored, so the JSON's own `revision` field is right for
         // anyone reading the bytes directly. (`to_json` writes the snapshot's revision.)
@@ -158,21 +210,32 @@ impl SessionStore for KvSessionStore {
             .get(&key)
             .ok_or_else(|| Error::NotFound { id: id.clone() })?;
         // Strict decoding and full validation: damaged bytes are an error, never a
-        // half-valid session.
-        // `at` names the key in the error and classifies it as corrupt stored data.
+        // half-valid session. `at` names the key in the error and classifies it as
+        // corrupt stored data.
         let snapshot = SessionSnapshot::from_json(&entry.bytes)
             .map_err(|e| e.at(&Location::Stored(key.clone())))?;
         // Refuse bytes filed under the wrong key, as the file store refuses a renamed file.
         check_stored_id(id, snapshot.id(), &Location::Stored(key))?;
-        Ok(snapshot.with_revision(Revision::from_u64(entry.version)))
+        Ok(snapshot.stored_at(Revision::from_u64(entry.version)))
     }
 
     fn list(&self) -> agent_session::Result<SessionList> {
+        self.list_scoped(ListScope::Active)
+    }
+
+    fn list_scoped(&self, scope: ListScope) -> agent_session::Result<SessionList> {
         let (mut sessions, mut unreadable) = (Vec::new(), Vec::new());
         for key in self.service.keys_with_prefix(PREFIX) {
             let name = key.strip_prefix(PREFIX).unwrap_or(&key);
             match SessionId::parse(name).and_then(|id| self.load(&id)) {
-                Ok(snapshot) => sessions.push(SessionSummary::of(&snapshot)),
+                Ok(snapshot) => {
+                    let archived = self.is_archived(&snapshot);
+                    if scope.includes(archived) {
+                        let mut summary = SessionSummary::of(&snapshot);
+                        summary.archived = archived;
+                        sessions.push(summary);
+                    }
+                }
                 // Deleted between listing the keys and reading one: just gone.
                 Err(err) if err.is_not_found() => {}
                 // One bad entry never hides the others.
@@ -184,24 +247,45 @@ impl SessionStore for KvSessionStore {
     }
 
     fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
-        if self.service.delete(&Self::key(id)) {
-            Ok(())
-        } else {
-            Err(Error::NotFound { id: id.clone() })
+        if !self.service.delete(&Self::key(id)) {
+            return Err(Error::NotFound { id: id.clone() });
         }
+        // The session first, then its marker: stopping in between leaves a marker that
+        // names a creation time no new session has.
+        self.service.delete(&Self::marker_key(id));
+        Ok(())
+    }
+
+    // Optional: without it the store cannot archive (the default is `Unsupported`).
+    fn set_archived(&self, id: &SessionId, archived: bool) -> agent_session::Result<()> {
+        let snapshot = self.load(id)?;
+        let key = Self::marker_key(id);
+        if archived {
+            // Archiving an archived session writes the same marker again.
+            self.service.put(&key, Self::marker(&snapshot));
+        } else {
+            self.service.delete(&key);
+        }
+        Ok(())
     }
 
     // Optional: the trait's default compares and deletes in two steps. The service's
     // conditional delete makes it one, so `prune` never deletes a session saved after it
-    // was listed. (This store cannot archive, so the archive state is always "active".)
+    // was listed.
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> agent_session::Result<()> {
-        let stored = self.load(&listed.id)?;
-        if stored.created_at() != listed.created_at || stored.revision() != listed.revision {
-            return Err(Error::Changed {
-                id: listed.id.clone(),
-                change: format!("it is now revision {}", stored.revision()),
-            });
-        }
+        let stored = match self.load(&listed.id) {
+            Ok(snapshot) => Some(StoredVersion {
+                revision: snapshot.revision(),
+                created_at: snapshot.created_at(),
+                archived: self.is_archived(&snapshot),
+            }),
+            Err(err) if err.is_not_found() => None,
+            Err(err) => return Err(err),
+        };
+        check_unchanged(listed, stored)?;
+        // The revision is checked again by the conditional delete itself; the archive state
+        // only above, so an archive landing in between is the one change this delete can
+        // miss (a service with multi-key transactions would check both keys at once).
         self.service
             .delete_if_version(&Self::key(&listed.id), listed.revision.as_u64())
             .map_err(|current| match current {
@@ -212,7 +296,9 @@ impl SessionStore for KvSessionStore {
                     id: listed.id.clone(),
                     change: format!("it was saved at revision {version}"),
                 },
-            })
+            })?;
+        self.service.delete(&Self::marker_key(&listed.id));
+        Ok(())
     }
 
     // Optional: sizes for `PrunePolicy::max_total_bytes` (the default measures the JSON).
@@ -259,6 +345,8 @@ impl Engine for NoteTaker {
 // The demonstration.
 // ---------------------------------------------------------------------------------------
 
+// The demonstration reads top to bottom, one numbered section after another.
+#[allow(clippy::too_many_lines)]
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn StdError>> {
     println!("agent-session: a custom SessionStore over a key-value service");
@@ -322,8 +410,8 @@ async fn main() -> Result<(), Box<dyn StdError>> {
         }
     }
 
-    heading("5. Fork, export, import and prune come with the trait");
-    // The trait's default methods build them on save/load/list/delete.
+    heading("5. Fork, export, import and prune come with every store");
+    // `SessionStoreExt` builds them on the store's methods.
     let fork = app_a.fork_session(&id, ForkAt::Turns(1))?;
     println!(
         "forked {} at message {} into {} ({} messages)",
@@ -351,7 +439,24 @@ async fn main() -> Result<(), Box<dyn StdError>> {
         );
     }
 
-    heading("6. What is stored");
+    heading("6. Archiving keeps a session but takes it out of the listing");
+    app_a.store().set_archived(fork.id(), true)?;
+    let active = app_a.list_sessions()?.sessions.len();
+    let archived = app_a.store().list_scoped(ListScope::Archived)?.sessions;
+    println!(
+        "{active} active, archived: {}",
+        archived
+            .iter()
+            .map(|s| s.id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "the archived fork still loads: {} messages",
+        app_a.store().load(fork.id())?.transcript().len()
+    );
+
+    heading("7. What is stored");
     for summary in app_b.list_sessions()?.sessions {
         println!(
             "{}  revision {}, {} messages, {}  \"{}\"",
@@ -368,6 +473,12 @@ async fn main() -> Result<(), Box<dyn StdError>> {
         "After delete_session: {} sessions",
         app_b.list_sessions()?.sessions.len()
     );
+
+    heading("8. The store contract suite");
+    // Every case on a fresh, empty store; a failing case panics with its name.
+    let report = testing::contract(|| KvSessionStore::new(Arc::new(KeyValueService::default())));
+    println!("{report}");
+    report.assert_complete();
     Ok(())
 }
 
@@ -394,11 +505,18 @@ fn last_user_text(transcript: &[Message]) -> String {
         .unwrap_or_default()
 }
 
-/// Prints the service's keys and versions, and the revision written inside each value.
+/// Prints the service's keys and versions, and the revision written inside each session.
 fn show_service(service: &KeyValueService) {
     println!("Key-value service now holds:");
     for key in service.keys_with_prefix("") {
         if let Some(entry) = service.get(&key) {
+            if key.starts_with(ARCHIVED) {
+                println!(
+                    "  {key}: the archive marker of the session created at {}",
+                    String::from_utf8_lossy(&entry.bytes)
+                );
+                continue;
+            }
             let embedded = serde_json::from_slice::<serde_json::Value>(&entry.bytes)
                 .ok()
                 .and_then(|json| json.get("revision")?.as_u64());
@@ -416,4 +534,41 @@ fn heading(title: &str) {
     println!();
     println!("{title}");
     println!("{}", "-".repeat(title.chars().count()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same cases as the crate's own stores, none skipped: this store archives and
+    /// writes nothing for an unchanged snapshot.
+    #[test]
+    fn the_key_value_store_meets_the_whole_store_contract() {
+        let report =
+            testing::contract(|| KvSessionStore::new(Arc::new(KeyValueService::default())));
+        report.assert_complete();
+    }
+
+    /// A marker left behind by a delete that stopped between its two keys does not archive
+    /// the next session saved under the same id.
+    #[test]
+    fn a_stale_archive_marker_does_not_archive_a_new_session() -> agent_session::Result<()> {
+        let service = Arc::new(KeyValueService::default());
+        let store = KvSessionStore::new(Arc::clone(&service));
+        let id = SessionId::parse("s")?;
+        let yesterday = chrono::Utc::now() - chrono::Duration::days(1);
+        let old = SessionSnapshot::builder(id.clone(), "m")
+            .timestamps(yesterday, yesterday)
+            .build()?;
+        store.save(&old)?;
+        store.set_archived(&id, true)?;
+        // The delete stops after the session's key: its marker stays.
+        service.delete(&KvSessionStore::key(&id));
+        assert!(service.get(&KvSessionStore::marker_key(&id)).is_some());
+
+        store.save(&SessionSnapshot::builder(id.clone(), "m").build()?)?;
+        assert_eq!(store.list()?.sessions.len(), 1);
+        assert!(store.list_scoped(ListScope::Archived)?.sessions.is_empty());
+        Ok(())
+    }
 }

@@ -119,6 +119,35 @@ impl SessionSnapshot {
         self
     }
 
+    /// This snapshot as a store holds it at `revision`: what a store's
+    /// [`load`](crate::SessionStore::load) returns for the snapshot it decoded.
+    ///
+    /// Besides setting the revision, it records that the snapshot is exactly the stored
+    /// one, so [`is_unchanged_since_stored`](Self::is_unchanged_since_stored) holds until it
+    /// changes, and a [`Session`](crate::Session) resumed from it knows which part is
+    /// already stored. Call it only on what the store itself holds at that revision: use
+    /// [`with_revision`](Self::with_revision) to set just the number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{Revision, SessionId, SessionSnapshot};
+    ///
+    /// let bytes = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+    ///     .build()?
+    ///     .to_json_with_revision(Revision::from_u64(3))?;
+    /// // In a store's `load`, with the revision the backend keeps for these bytes:
+    /// let loaded = SessionSnapshot::from_json(&bytes)?.stored_at(Revision::from_u64(3));
+    /// assert_eq!(loaded.revision(), Revision::from_u64(3));
+    /// assert!(loaded.is_unchanged_since_stored());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    #[must_use]
+    pub fn stored_at(mut self, revision: Revision) -> Self {
+        self.mark_stored(revision);
+        self
+    }
+
     /// The lengths of the transcript, tool-call records and usage.
     pub(crate) fn counts(&self) -> Counts {
         Counts {
@@ -133,11 +162,39 @@ impl SessionSnapshot {
         self.provenance.as_ref()
     }
 
-    /// Whether this snapshot is known to be exactly what is stored at its revision (loaded,
-    /// or saved by a session, and not changed since): saving it would change nothing. A
-    /// store still checks that the stored revision, creation and update times are the ones
-    /// the snapshot knows before taking this for a no-op.
-    pub(crate) fn is_unchanged_since_stored(&self) -> bool {
+    /// Whether this snapshot is known to be exactly what a store holds at its revision:
+    /// loaded from a store, or saved by a [`Session`](crate::Session), and not changed
+    /// since. Saving it would change nothing, and the crate's stores then write nothing and
+    /// return its revision (see [`SessionStore`](crate::SessionStore)'s contract).
+    ///
+    /// A snapshot built anew is never taken for unchanged, even if its content equals the
+    /// stored one: only a snapshot that came from a store knows what the store holds.
+    /// A custom store that skips unchanged saves still checks that it holds this revision
+    /// of this session (the snapshot may come from another store), for example by
+    /// comparing the stored bytes with
+    /// [`to_json_with_revision`](Self::to_json_with_revision), as
+    /// `examples/custom_store.rs` does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{Message, MemorySessionStore, SessionId, SessionSnapshot, SessionStore};
+    ///
+    /// let store = MemorySessionStore::new();
+    /// let built = SessionSnapshot::builder(SessionId::parse("s")?, "m").build()?;
+    /// assert!(!built.is_unchanged_since_stored());
+    /// let revision = store.save(&built)?;
+    ///
+    /// let loaded = store.load(built.id())?;
+    /// assert!(loaded.is_unchanged_since_stored());
+    /// assert_eq!(store.save(&loaded)?, revision); // nothing written
+    ///
+    /// let extended = loaded.with_appended(vec![Message::user("hi")], vec![], chrono::Utc::now())?;
+    /// assert!(!extended.is_unchanged_since_stored());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    #[must_use]
+    pub fn is_unchanged_since_stored(&self) -> bool {
         self.metadata_too_deep.is_none()
             && self.provenance.as_ref().is_some_and(|p| {
                 p.revision == self.revision

@@ -44,8 +44,8 @@ pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
 ///   (loaded, or saved by a [`Session`](crate::Session), and unchanged since): they return
 ///   that revision, so other writers holding it meet no conflict over a change that never
 ///   happened.
-/// - [`load`](Self::load) returns the snapshot with its stored revision set
-///   ([`SessionSnapshot::with_revision`]).
+/// - [`load`](Self::load) returns the snapshot with its stored revision set, marked as
+///   the stored one ([`SessionSnapshot::stored_at`]).
 /// - A failed call changes nothing that is stored, with exceptions a store must say in
 ///   its error: [`Error::NotDurable`], for a save whose new revision is in place but may
 ///   not survive a power loss; a delete that removed the session, or an archive change
