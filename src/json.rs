@@ -68,36 +68,6 @@ pub(crate) fn dismantle_map(map: Map<String, Value>) {
     dismantle(Value::Object(map));
 }
 
-/// The deepest nesting of arrays and objects in a JSON document, found by scanning its
-/// bytes (brackets inside strings do not count): the reference
-/// [`write_measuring_depth`] is checked against.
-#[cfg(test)]
-pub(crate) fn nesting_depth(json: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &byte in json {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match byte {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
 /// Compact JSON output that also measures the deepest nesting of arrays and objects it
 /// writes, for free: the depth check every encoding needs without scanning the bytes
 /// again.
@@ -384,8 +354,37 @@ pub(crate) mod strict {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The deepest nesting of arrays and objects in a JSON document, found by scanning its
+    /// bytes (brackets inside strings do not count): the reference
+    /// [`write_measuring_depth`](super::write_measuring_depth) is checked against.
+    pub(crate) fn nesting_depth(json: &[u8]) -> usize {
+        let (mut depth, mut deepest) = (0usize, 0usize);
+        let (mut in_string, mut escaped) = (false, false);
+        for &byte in json {
+            if in_string {
+                match byte {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match byte {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        deepest
+    }
 
     #[test]
     fn refuses_duplicate_keys_at_any_depth() {

@@ -28,8 +28,6 @@ use crate::json::{self, strict};
 use crate::transcript::{dismantle_message, ContentBlock, Message, Role, ToolCall, ToolResult};
 use crate::usage::{Usage, UsageTotals};
 
-#[cfg(test)]
-use codec::SnapshotHeader;
 pub(crate) use delta::{Change, Counts, Provenance};
 pub use fork::{ForkAt, Lineage};
 pub(crate) use validate::check_metadata_depth;

@@ -1,6 +1,6 @@
 //! Unit tests of the snapshot: validation, encoding and decoding, titles.
 
-use super::codec::{canonical_header, PARALLEL_MESSAGES};
+use super::codec::{canonical_header, SnapshotHeader, PARALLEL_MESSAGES};
 use super::*;
 use crate::json;
 use crate::transcript::{ToolCall, ToolResult};
@@ -216,7 +216,7 @@ fn too_deep_is_found_in_any_chunk_of_a_long_transcript() {
     .unwrap();
     match snapshot.to_json() {
         Err(Error::TooDeep { depth, .. }) => {
-            assert_eq!(depth, json::nesting_depth(&whole));
+            assert_eq!(depth, json::tests::nesting_depth(&whole));
         }
         other => panic!("expected TooDeep, got {other:?}"),
     }

@@ -149,7 +149,7 @@ mod tests {
     }
 
     fn scanned(message: &Message) -> usize {
-        json::nesting_depth(&serde_json::to_vec(message).expect("encode"))
+        json::tests::nesting_depth(&serde_json::to_vec(message).expect("encode"))
     }
 
     #[test]

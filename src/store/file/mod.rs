@@ -323,19 +323,6 @@ impl FileSessionStore {
         self.root.join(format!("{id}{SNAPSHOT_SUFFIX}"))
     }
 
-    /// Opens with default settings but the given size limit, through `fs` (for tests that
-    /// inject faults).
-    #[cfg(test)]
-    pub(super) fn open_with(
-        dir: &Path,
-        max_snapshot_bytes: u64,
-        fs: Arc<dyn FileSystem>,
-    ) -> Result<Self> {
-        let mut settings = FileSessionStore::builder();
-        settings.max_snapshot_bytes(max_snapshot_bytes);
-        FileSessionStore::open_configured(dir, &settings, fs)
-    }
-
     pub(super) fn open_configured(
         dir: &Path,
         settings: &FileStoreBuilder,

@@ -4,3 +4,24 @@
 
 mod crash_model;
 mod fault_injection;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::fs::FileSystem;
+use super::FileSessionStore;
+use crate::error::Result;
+
+impl FileSessionStore {
+    /// Opens with default settings but the given size limit, through `fs`: the seam through
+    /// which both suites put their file system under the store.
+    pub(super) fn open_with(
+        dir: &Path,
+        max_snapshot_bytes: u64,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<Self> {
+        let mut settings = FileSessionStore::builder();
+        settings.max_snapshot_bytes(max_snapshot_bytes);
+        FileSessionStore::open_configured(dir, &settings, fs)
+    }
+}
