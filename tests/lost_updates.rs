@@ -609,7 +609,7 @@ fn accounting_rejects_each_kind_of_discrepancy() {
 /// unreadable. (Before, two processes rewriting one session back to back made a load fail
 /// now and then with "the session kept changing while it was read".) This is the
 /// real-threads companion of the deterministic
-/// `store::fault_injection::a_load_that_keeps_losing_to_rewrites_reads_under_the_lock_instead_of_failing`,
+/// `store::file::tests::fault_injection::a_load_that_keeps_losing_to_rewrites_reads_under_the_lock_instead_of_failing`,
 /// which forces every lock-free attempt to lose.
 #[test]
 fn loads_racing_back_to_back_rewrites_always_succeed() {

@@ -39,9 +39,9 @@ pub(super) fn save_then_load_round_trips_with_the_stored_revision<S: SessionStor
     );
 }
 
-/// Issue 12, item 13: a save of a snapshot that is exactly what is stored (loaded, not
-/// changed) moved the revision (and appended an empty journal record), so another writer
-/// holding that revision met a conflict over a change that never happened.
+/// A save of a snapshot that is exactly what is stored (loaded, not changed) writes
+/// nothing and keeps the revision: moving it would give another writer holding that
+/// revision a conflict over a change that never happened.
 pub(super) fn an_unchanged_snapshot_is_not_saved_again<S: SessionStore>(store: &S) {
     let snapshot = rich_snapshot("unchanged");
     store.save(&snapshot).expect("create");
@@ -123,9 +123,9 @@ fn updated_ahead(name: &str, ahead: chrono::Duration) -> SessionSnapshot {
     SessionSnapshot::from_json(value.to_string().as_bytes()).expect("a stored future time loads")
 }
 
-/// Issue 12, item 3: `updated_at = now.max(previous)` kept a future stamp, so that session
-/// stayed "latest" for as long as the clock error: `--continue` picked it over the session
-/// just used, and `prune --max-count 1` deleted the one just used. The rule (see
+/// A session stamped in the future (a clock that ran ahead) must not stay "latest" for as
+/// long as the clock error: `--continue` would pick it over the session just used, and
+/// `prune --max-count 1` would delete the one just used. The rule (see
 /// `CLOCK_SKEW_TOLERANCE`): such sessions are listed last, never pruned, and a change
 /// gives them the current time.
 pub(super) fn a_session_updated_in_the_future_is_never_latest_and_never_pruned<S: SessionStore>(

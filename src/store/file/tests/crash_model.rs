@@ -1,4 +1,5 @@
-//! Power loss (issue 4, item 3; the journal, issue 5).
+//! Power loss: what a power cut at any point of a store's writes (journal appends
+//! included) can leave, and what the store reads back from it.
 //!
 //! `kill -9` cannot catch a missing fsync: the page cache survives the process. So
 //! [`CrashFs`] wraps the real file system behind the store's [`FileSystem`] seam and keeps a
@@ -38,7 +39,7 @@
 //! the journal: a save, a first append and an append, each cut before every call and after
 //! it returned. It is skipped, with the reason printed, elsewhere.
 //!
-//! Run: `cargo test --lib store::crash_model -- --nocapture` (the figures are printed);
+//! Run: `cargo test --lib store::file::tests::crash_model -- --nocapture` (the figures are printed);
 //! `AGENT_SESSION_LONG=1` for the exhaustive run.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

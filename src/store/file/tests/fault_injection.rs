@@ -1,4 +1,4 @@
-//! I/O errors at every step (issue 4, item 4; the journal, issue 5).
+//! I/O errors at every step of a save (journal appends included), a delete and an open.
 //!
 //! [`FaultyFileSystem`] wraps the real file system behind the store's [`FileSystem`] seam and
 //! fails the k-th call, once or from then on, with `EIO`, `ENOSPC` or a short write (at
@@ -26,7 +26,7 @@
 //! later save is acknowledged, and the old base's journal must not be cut or rewritten
 //! while the rename over that base may still be undone by a power cut.
 //!
-//! Run: `cargo test --lib store::fault_injection -- --nocapture` (the figures are printed);
+//! Run: `cargo test --lib store::file::tests::fault_injection -- --nocapture` (the figures are printed);
 //! `AGENT_SESSION_LONG=1` adds large snapshots.
 
 use std::collections::HashMap;
@@ -2313,7 +2313,7 @@ fn a_real_full_disk_fails_saves_with_enospc_and_keeps_the_old_snapshot() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The journal (issue 5): appends, the rewrite that empties it, compaction.
+// The journal: appends, the rewrite that empties it, compaction.
 // ---------------------------------------------------------------------------------------
 
 /// A save that involves the journal.
