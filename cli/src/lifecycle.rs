@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_session::{
-    Bundle, Error, FileSessionStore, ForkAt, ImportIds, PrunePolicy, SessionId, SessionStore,
-    SessionStoreExt,
+    Bundle, Error, ForkAt, ImportIds, PrunePolicy, SessionId, SessionStore, SessionStoreExt,
 };
 
+use crate::store::{Store, StoreAt, StoreSpec};
 use crate::{chain, display, Failure};
 
 /// Shown in the help of `sessions prune`.
@@ -100,7 +100,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 /// `sessions fork`: the new id on stdout, what was kept on stderr.
 pub fn fork(
-    store: &FileSessionStore,
+    store: &dyn SessionStore,
     id: &SessionId,
     at: ForkAt,
     new_id: Option<SessionId>,
@@ -124,7 +124,7 @@ pub fn fork(
 
 /// `sessions archive` and `sessions unarchive`.
 pub fn set_archived(
-    store: &FileSessionStore,
+    store: &dyn SessionStore,
     id: &SessionId,
     archived: bool,
 ) -> Result<(), Failure> {
@@ -143,19 +143,12 @@ pub fn set_archived(
 /// `sessions prune`: one line per session deleted (or that would be), then a total. A
 /// session saved meanwhile is kept and named on stderr; a session that could not be
 /// deleted makes the command fail once the rest is done.
-pub fn prune(
-    store: Option<&FileSessionStore>,
-    store_dir: &Path,
-    policy: &PrunePolicy,
-) -> Result<(), Failure> {
+pub fn prune(store: Option<&Store>, at: &StoreAt, policy: &PrunePolicy) -> Result<(), Failure> {
     let Some(store) = store else {
-        println!(
-            "no saved sessions in {}: nothing to prune",
-            display::path(store_dir)
-        );
+        println!("no saved sessions in {}: nothing to prune", at.shown());
         return Ok(());
     };
-    let report = store.prune(policy)?;
+    let report = store.sessions().prune(policy)?;
     let verb = if report.dry_run {
         "would delete"
     } else {
@@ -213,7 +206,7 @@ pub fn prune(
 
 /// `sessions export`: the bundle to `output` (a new private file) or to stdout.
 pub fn export(
-    store: &FileSessionStore,
+    store: &dyn SessionStore,
     ids: &[SessionId],
     output: Option<&Path>,
     force: bool,
@@ -337,7 +330,7 @@ fn write_private(path: &Path, bytes: &[u8], force: bool) -> Result<(), Failure> 
 
 /// `sessions import`: reads and validates the whole bundle before opening the store, then
 /// imports all of it or nothing.
-pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failure> {
+pub fn import(spec: &StoreSpec, file: &Path, new_ids: bool) -> Result<(), Failure> {
     let bytes = if file == Path::new("-") {
         let mut bytes = Vec::new();
         io::stdin()
@@ -350,13 +343,13 @@ pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failur
     };
     let bundle =
         Bundle::from_json(&bytes).map_err(|e| format!("{}: {}", file.display(), chain(&e)))?;
-    let store = crate::open_store(store_dir)?;
+    let store = spec.open()?;
     let ids = if new_ids {
         ImportIds::Fresh
     } else {
         ImportIds::Keep
     };
-    let imported = store.import(&bundle, &ids).map_err(|e| {
+    let imported = store.sessions().import(&bundle, &ids).map_err(|e| {
         // An incomplete import says itself which sessions it left behind.
         let complete_refusal = !matches!(e, agent_session::Error::ImportIncomplete { .. });
         let mut failure = with_hint(e, "--new-ids imports the sessions under new ids");
@@ -381,7 +374,7 @@ pub fn import(store_dir: &Path, file: &Path, new_ids: bool) -> Result<(), Failur
     eprintln!(
         "imported {} session(s) into {}",
         imported.len(),
-        display::path(store.dir())
+        store.at().shown()
     );
     Ok(())
 }

@@ -75,17 +75,18 @@ mod display;
 mod http;
 mod lifecycle;
 mod scripted;
+mod store;
 mod tools;
 
 use std::io::{self, BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_session::{
-    Autosave, BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, FileSessionStore,
-    ForkAt, Harness, ListCursor, ListScope, Message, PrunePolicy, Role, Session, SessionId,
-    SessionList, SessionOptions, SessionPage, SessionStore, StopReason,
+    Autosave, BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, ForkAt, Harness,
+    ListCursor, ListScope, Message, PrunePolicy, Role, Session, SessionId, SessionList,
+    SessionOptions, SessionPage, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -93,10 +94,9 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use crate::display::{escape_controls, Keep};
 use crate::http::{HttpConfig, HttpEngine};
 use crate::scripted::ScriptedEngine;
+use crate::store::{Store, StoreAt, StoreSpec};
 use crate::tools::Tools;
 
-/// Where sessions go when neither `--store` nor `AGENT_SESSION_STORE` says otherwise.
-const DEFAULT_STORE: &str = ".agent-session/sessions";
 /// Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
 const INTERRUPTED_STATUS: u8 = 130;
 /// Exit status of a usage error (as clap exits with for the ones it finds).
@@ -382,24 +382,18 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
-    let store_dir = match cli.store {
-        Some(dir) => expand_home(dir, "--store")?,
-        None => match std::env::var_os("AGENT_SESSION_STORE").filter(|v| !v.is_empty()) {
-            Some(dir) => expand_home(PathBuf::from(dir), "AGENT_SESSION_STORE")?,
-            None => PathBuf::from(DEFAULT_STORE),
-        },
-    };
+    let spec = StoreSpec::from_command_line(cli.store)?;
     match cli.command {
-        Command::Sessions(command) => sessions(&store_dir, command),
+        Command::Sessions(command) => sessions(&spec, command),
         Command::Chat { resume } => {
-            let app = App::new(&store_dir, cli.engine)?;
+            let app = App::new(&spec, cli.engine)?;
             app.chat(&resume).await
         }
         Command::Run { resume, prompt } => {
             if prompt.trim().is_empty() {
                 return Err("the prompt is empty".to_owned().into());
             }
-            let app = App::new(&store_dir, cli.engine)?;
+            let app = App::new(&spec, cli.engine)?;
             app.run(&resume, &[prompt], false).await
         }
         Command::Script { resume, file } => {
@@ -414,45 +408,14 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
             if prompts.is_empty() {
                 return Err(format!("the script {} has no prompts", file.display()).into());
             }
-            let app = App::new(&store_dir, cli.engine)?;
+            let app = App::new(&spec, cli.engine)?;
             app.run(&resume, &prompts, true).await
         }
     }
 }
 
-/// A store path with a leading `~` or `~/` read as `$HOME`, as a shell would have: no shell
-/// expands `--store=~/x`, a quoted `'~/x'`, or a variable set to `~/x`, and a folder
-/// literally named `~` is never what was meant. `~user` is refused rather than looked up;
-/// `source` names where the path came from.
-fn expand_home(path: PathBuf, source: &str) -> Result<PathBuf, Failure> {
-    use std::ffi::OsString;
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-
-    let Some(rest) = path.as_os_str().as_bytes().strip_prefix(b"~") else {
-        return Ok(path);
-    };
-    if !rest.is_empty() && !rest.starts_with(b"/") {
-        return Err(format!(
-            "the store path {} ({source}) starts with ~NAME, another user's home, which the agent does not look up: write the path out (/home/NAME/...), or write ./{} for a folder whose name starts with ~",
-            path.display(),
-            path.display()
-        )
-        .into());
-    }
-    let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) else {
-        return Err(format!(
-            "the store path {} ({source}) starts with ~, but HOME is not set: write the path out in full",
-            path.display()
-        )
-        .into());
-    };
-    let mut expanded = home.into_vec();
-    expanded.extend_from_slice(rest);
-    Ok(PathBuf::from(OsString::from_vec(expanded)))
-}
-
 /// `sessions ...`: only `import` creates the store folder.
-fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
+fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
     match command {
         SessionsCommand::List {
             limit,
@@ -465,37 +428,31 @@ fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
                 (false, true) => ListScope::All,
                 (false, false) => ListScope::Active,
             };
-            list(
-                existing_store(store_dir)?.as_ref(),
-                store_dir,
-                scope,
-                limit,
-                after,
-            )
+            list(spec.open_existing()?.as_ref(), spec, scope, limit, after)
         }
         SessionsCommand::Show { id } => {
-            let (store, id) = existing_session(store_dir, &id)?;
-            print!("{}", display::transcript(&store.load(&id)?));
+            let (store, id) = existing_session(spec, &id)?;
+            print!("{}", display::transcript(&store.sessions().load(&id)?));
             Ok(())
         }
         SessionsCommand::Delete { id } => {
-            let (store, id) = existing_session(store_dir, &id)?;
-            store.delete(&id)?;
+            let (store, id) = existing_session(spec, &id)?;
+            store.sessions().delete(&id)?;
             println!("deleted session {id}");
             Ok(())
         }
         SessionsCommand::Fork { id, at, new_id } => {
             let new_id = new_id.map(|id| SessionId::parse(&id)).transpose()?;
-            let (store, id) = existing_session(store_dir, &id)?;
-            lifecycle::fork(&store, &id, at, new_id)
+            let (store, id) = existing_session(spec, &id)?;
+            lifecycle::fork(store.sessions(), &id, at, new_id)
         }
         SessionsCommand::Archive { id } => {
-            let (store, id) = existing_session(store_dir, &id)?;
-            lifecycle::set_archived(&store, &id, true)
+            let (store, id) = existing_session(spec, &id)?;
+            lifecycle::set_archived(store.sessions(), &id, true)
         }
         SessionsCommand::Unarchive { id } => {
-            let (store, id) = existing_session(store_dir, &id)?;
-            lifecycle::set_archived(&store, &id, false)
+            let (store, id) = existing_session(spec, &id)?;
+            lifecycle::set_archived(store.sessions(), &id, false)
         }
         SessionsCommand::Prune {
             max_age,
@@ -523,55 +480,50 @@ fn sessions(store_dir: &Path, command: SessionsCommand) -> Result<(), Failure> {
             if archived_only {
                 policy = policy.archived_only();
             }
-            lifecycle::prune(existing_store(store_dir)?.as_ref(), store_dir, &policy)
+            lifecycle::prune(spec.open_existing()?.as_ref(), &spec.at(), &policy)
         }
         SessionsCommand::Export { ids, output, force } => {
             let ids = ids
                 .iter()
                 .map(|id| SessionId::parse(id))
                 .collect::<Result<Vec<_>, _>>()?;
-            let Some(store) = existing_store(store_dir)? else {
+            let Some(store) = spec.open_existing()? else {
                 return Err(match ids.into_iter().next() {
                     Some(id) => Error::NotFound { id }.into(),
                     None => "name at least one session to export".to_owned().into(),
                 });
             };
-            lifecycle::export(&store, &ids, output.as_deref(), force)
+            lifecycle::export(store.sessions(), &ids, output.as_deref(), force)
         }
-        SessionsCommand::Import { file, new_ids } => lifecycle::import(store_dir, &file, new_ids),
-    }
-}
-
-/// The store, if its folder exists (commands that only read or change stored sessions do
-/// not create it).
-fn existing_store(store_dir: &Path) -> Result<Option<FileSessionStore>, Failure> {
-    match std::fs::symlink_metadata(store_dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        _ => Ok(Some(open_store(store_dir)?)),
+        SessionsCommand::Import { file, new_ids } => lifecycle::import(spec, &file, new_ids),
     }
 }
 
 /// The store and the parsed id of a session that must exist already.
-fn existing_session(store_dir: &Path, id: &str) -> Result<(FileSessionStore, SessionId), Failure> {
+fn existing_session(spec: &StoreSpec, id: &str) -> Result<(Store, SessionId), Failure> {
     let id = SessionId::parse(id)?;
-    let store = existing_store(store_dir)?.ok_or_else(|| Error::NotFound { id: id.clone() })?;
+    let store = spec
+        .open_existing()?
+        .ok_or_else(|| Error::NotFound { id: id.clone() })?;
     Ok((store, id))
 }
 
 /// `sessions list`: the whole listing, or one page of it.
 fn list(
-    store: Option<&FileSessionStore>,
-    store_dir: &Path,
+    store: Option<&Store>,
+    spec: &StoreSpec,
     scope: ListScope,
     limit: Option<usize>,
     after: Option<String>,
 ) -> Result<(), Failure> {
     let Some(store) = store else {
-        println!("{} in {}", nothing_listed(scope), display::path(store_dir));
+        println!("{} in {}", nothing_listed(scope), spec.at().shown());
         return Ok(());
     };
+    let at = store.at();
+    let store = store.sessions();
     let Some(limit) = limit else {
-        return print_listing(&store.list_scoped(scope)?, store.dir(), scope);
+        return print_listing(&store.list_scoped(scope)?, at, scope);
     };
     let after = after.map(|c| c.parse::<ListCursor>()).transpose()?;
     let page = if scope == ListScope::Active {
@@ -587,7 +539,7 @@ fn list(
     };
     let next = page.next.clone();
     let listing = SessionList::new(page.sessions, page.unreadable);
-    let printed = print_listing(&listing, store.dir(), scope);
+    let printed = print_listing(&listing, at, scope);
     if let Some(next) = next {
         let flag = match scope {
             ListScope::Archived => " --archived",
@@ -608,20 +560,11 @@ fn nothing_listed(scope: ListScope) -> &'static str {
     }
 }
 
-fn open_store(dir: &Path) -> Result<FileSessionStore, Failure> {
-    FileSessionStore::open(dir).map_err(|e| {
-        Failure::Error(format!(
-            "the session store cannot be used: {}\nhint: choose another folder with --store DIR or AGENT_SESSION_STORE",
-            chain(&e)
-        ))
-    })
-}
-
 /// Prints the table on stdout and each unreadable file on stderr; an error if there were
 /// any (the readable sessions are listed all the same).
-fn print_listing(list: &SessionList, dir: &Path, scope: ListScope) -> Result<(), Failure> {
+fn print_listing(list: &SessionList, at: &StoreAt, scope: ListScope) -> Result<(), Failure> {
     if list.sessions.is_empty() && list.unreadable.is_empty() {
-        println!("{} in {}", nothing_listed(scope), display::path(dir));
+        println!("{} in {}", nothing_listed(scope), at.shown());
         return Ok(());
     }
     if !list.sessions.is_empty() {
@@ -632,8 +575,9 @@ fn print_listing(list: &SessionList, dir: &Path, scope: ListScope) -> Result<(),
         Ok(())
     } else {
         Err(format!(
-            "{} stored session file(s) could not be read (see above); the others are listed",
-            list.unreadable.len()
+            "{} stored session {}(s) could not be read (see above); the others are listed",
+            list.unreadable.len(),
+            at.item()
         )
         .into())
     }
@@ -665,16 +609,15 @@ type EngineFactory = Box<dyn Fn() -> AnyEngine>;
 /// The store, the engine and the tools of one invocation.
 struct App {
     harness: Harness<EngineFactory>,
-    /// The store folder, resolved.
-    store_dir: PathBuf,
+    /// Where the store is.
+    store_at: StoreAt,
     /// The HTTP engine's settings, if that engine was chosen.
     http: Option<HttpEngine>,
 }
 
 impl App {
-    fn new(store_dir: &Path, choice: EngineChoice) -> Result<Self, Failure> {
-        let store = open_store(store_dir)?;
-        let store_dir = store.dir().to_path_buf();
+    fn new(spec: &StoreSpec, choice: EngineChoice) -> Result<Self, Failure> {
+        let store = spec.open()?;
         let workspace = std::env::current_dir()
             .map_err(|e| format!("could not find the current directory: {e}"))?;
         let tools = Arc::new(Tools::new(&workspace).map_err(|e| {
@@ -698,13 +641,13 @@ impl App {
             Some(engine) => Box::new(move || AnyEngine::Http(engine.clone())),
             None => Box::new(|| AnyEngine::Scripted(ScriptedEngine)),
         };
-        let harness = Harness::builder(store, factory)
+        let harness = Harness::builder(store.shared(), factory)
             .tools(tools)
             .autosave(Autosave::EveryStep)
             .build();
         Ok(App {
             harness,
-            store_dir,
+            store_at: store.into_at(),
             http,
         })
     }
@@ -745,7 +688,7 @@ impl App {
                 format!(
                     "{} in {}: start one without --continue",
                     Error::NoSessions,
-                    self.store_dir.display()
+                    self.store_at
                 )
             })?;
             Some(latest.id)
