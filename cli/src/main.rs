@@ -131,6 +131,17 @@ Environment:
   AGENT_SESSION_MODEL, OPENAI_MODEL      its model [default: gpt-4o-mini]
   AGENT_SESSION_PRICES=IN,OUT            dollars per million input/output tokens";
 
+const MIGRATE_HELP: &str = "\
+A PostgreSQL store (--store postgres://...) is used only once its tables exist: run this
+once per database and schema, with a user allowed to create them. It is safe to run again
+(and from several machines at once); it changes no session. Other commands never create
+the tables: they say so when they are missing.
+
+For a folder store it only creates the folder if it is missing.
+
+Example:
+  agent-session --store postgresql://app@db.internal/app --schema team_a sessions migrate";
+
 const LONG_ABOUT: &str = "\
 A command-line agent whose conversations continue across runs.
 
@@ -151,10 +162,18 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        value_name = "DIR",
-        help = "The folder sessions are saved in; a leading ~/ means $HOME [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
+        value_name = "DIR|URL",
+        help = "Where sessions are saved: a folder (a leading ~/ means $HOME), or a PostgreSQL database as a postgres:// or postgresql:// URL [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
     )]
     store: Option<PathBuf>,
+
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        help = "With a PostgreSQL --store: the schema holding the sessions [default: $AGENT_SESSION_SCHEMA, else agent_session]"
+    )]
+    schema: Option<String>,
 
     /// Which engine answers (auto: openai if an API key is set, else scripted)
     #[arg(long, global = true, value_enum, default_value_t = EngineChoice::Auto)]
@@ -297,6 +316,9 @@ enum SessionsCommand {
         #[arg(long)]
         new_ids: bool,
     },
+    /// Create a PostgreSQL store's schema and tables, or bring them up to date (a folder needs none)
+    #[command(after_help = MIGRATE_HELP)]
+    Migrate,
 }
 
 fn main() -> ExitCode {
@@ -357,6 +379,10 @@ impl From<Error> for Failure {
             }
             _ => {}
         }
+        if let Some(hint) = store::missing_tables_hint(&e) {
+            message.push('\n');
+            message.push_str(hint);
+        }
         Failure::Error(message)
     }
 }
@@ -382,7 +408,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
-    let spec = StoreSpec::from_command_line(cli.store)?;
+    let spec = StoreSpec::from_command_line(cli.store, cli.schema)?;
     match cli.command {
         Command::Sessions(command) => sessions(&spec, command),
         Command::Chat { resume } => {
@@ -496,6 +522,19 @@ fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
             lifecycle::export(store.sessions(), &ids, output.as_deref(), force)
         }
         SessionsCommand::Import { file, new_ids } => lifecycle::import(spec, &file, new_ids),
+        SessionsCommand::Migrate => {
+            let at = spec.migrate()?;
+            match at {
+                StoreAt::Folder(_) => println!(
+                    "the session folder {} is ready (a folder store needs no migration)",
+                    at.shown()
+                ),
+                StoreAt::Postgres { .. } => {
+                    println!("the PostgreSQL session store {} is ready", at.shown());
+                }
+            }
+            Ok(())
+        }
     }
 }
 

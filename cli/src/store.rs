@@ -1,29 +1,62 @@
-//! The store a command works on, as `--store` or `AGENT_SESSION_STORE` names it, opened
-//! behind the library's [`SessionStore`] trait so that the commands do not depend on
-//! which store it is; and how messages name it.
+//! The store a command works on, as `--store` or `AGENT_SESSION_STORE` names it: a
+//! folder ([`FileSessionStore`]) or a schema of a PostgreSQL database
+//! ([`PostgresSessionStore`], for a `postgres://` or `postgresql://` URL), opened behind
+//! the library's [`SessionStore`] trait so that the commands do not depend on which store
+//! it is; and how messages name it (a PostgreSQL store never with its password).
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_session::{FileSessionStore, SessionStore};
+use agent_session::{
+    Error, FileSessionStore, PostgresSessionStore, SessionStore, DEFAULT_POSTGRES_SCHEMA,
+};
+use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
 
+use crate::display::{escape_controls, Keep};
 use crate::{chain, display, Failure};
 
 /// Where sessions go when neither `--store` nor `AGENT_SESSION_STORE` says otherwise.
 const DEFAULT_STORE: &str = ".agent-session/sessions";
 
+/// How a `--store` value that names a PostgreSQL server starts (the prefixes
+/// tokio-postgres reads as a URL); anything else is a folder.
+const POSTGRES_URL_PREFIXES: [&str; 2] = ["postgres://", "postgresql://"];
+
+/// The environment variable that chooses the schema of a PostgreSQL store (as `--schema`).
+const SCHEMA_ENV: &str = "AGENT_SESSION_SCHEMA";
+
+/// Says how to create a PostgreSQL store's tables.
+const MIGRATE_HINT: &str = "hint: `agent-session sessions migrate`, with the same --store and --schema, creates the schema and its tables; --schema NAME chooses another schema";
+
 /// The store the command line names, not opened yet.
 pub enum StoreSpec {
     /// A [`FileSessionStore`] folder (`~` already expanded).
     Folder(PathBuf),
+    /// A [`PostgresSessionStore`].
+    Postgres(PostgresSpec),
+}
+
+/// A PostgreSQL store: a server, a database on it and a schema in that.
+pub struct PostgresSpec {
+    /// The URL as given, for the client only: it may hold a password, so it never goes
+    /// into a message (not even a parse error's).
+    url: String,
+    /// The schema holding the store's tables (checked by the library when it connects).
+    schema: String,
+    /// The server and database, for messages: the URL without its password or parameters.
+    server: String,
 }
 
 /// Where a store is, as messages name it.
 pub enum StoreAt {
     /// A folder: as given before the store is opened, as resolved once it is.
     Folder(PathBuf),
+    /// A schema of a PostgreSQL database: `server` is a URL without password or parameters.
+    Postgres { server: String, schema: String },
 }
 
 impl fmt::Display for StoreAt {
@@ -31,6 +64,7 @@ impl fmt::Display for StoreAt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreAt::Folder(dir) => write!(f, "{}", dir.display()),
+            StoreAt::Postgres { server, schema } => write!(f, "schema {schema} of {server}"),
         }
     }
 }
@@ -40,6 +74,9 @@ impl StoreAt {
     pub fn shown(&self) -> String {
         match self {
             StoreAt::Folder(dir) => display::path(dir),
+            StoreAt::Postgres { .. } => {
+                escape_controls(&self.to_string(), Keep::Nothing).into_owned()
+            }
         }
     }
 
@@ -47,6 +84,7 @@ impl StoreAt {
     pub fn item(&self) -> &'static str {
         match self {
             StoreAt::Folder(_) => "file",
+            StoreAt::Postgres { .. } => "row",
         }
     }
 }
@@ -82,26 +120,51 @@ impl Store {
 }
 
 impl StoreSpec {
-    /// The store `--store` names, else `AGENT_SESSION_STORE`, else the default folder.
-    pub fn from_command_line(store: Option<PathBuf>) -> Result<Self, Failure> {
-        let dir = match store {
-            Some(dir) => expand_home(dir, "--store")?,
-            None => match std::env::var_os("AGENT_SESSION_STORE").filter(|v| !v.is_empty()) {
-                Some(dir) => expand_home(PathBuf::from(dir), "AGENT_SESSION_STORE")?,
-                None => PathBuf::from(DEFAULT_STORE),
-            },
+    /// The store `--store` names, else `AGENT_SESSION_STORE`, else the default folder; for
+    /// a PostgreSQL URL, in the schema `--schema` names, else `AGENT_SESSION_SCHEMA`, else
+    /// the library's default. `--schema` with a folder is a usage error.
+    pub fn from_command_line(
+        store: Option<PathBuf>,
+        schema: Option<String>,
+    ) -> Result<Self, Failure> {
+        let named = match store {
+            Some(value) => Some((value.into_os_string(), "--store")),
+            None => std::env::var_os("AGENT_SESSION_STORE")
+                .filter(|v| !v.is_empty())
+                .map(|value| (value, "AGENT_SESSION_STORE")),
         };
-        Ok(StoreSpec::Folder(dir))
+        let Some((value, source)) = named else {
+            refuse_schema_for_folder(schema.as_deref(), Path::new(DEFAULT_STORE))?;
+            return Ok(StoreSpec::Folder(PathBuf::from(DEFAULT_STORE)));
+        };
+        if is_postgres_url(&value) {
+            let url = value.into_string().map_err(|_| {
+                format!("the PostgreSQL URL in {source} is not valid UTF-8 (it is not shown: it may hold a password)")
+            })?;
+            let schema = match schema {
+                Some(schema) => schema,
+                None => schema_from_env()?.unwrap_or_else(|| DEFAULT_POSTGRES_SCHEMA.to_owned()),
+            };
+            return Ok(StoreSpec::Postgres(PostgresSpec::parse(
+                url, schema, source,
+            )?));
+        }
+        let path = PathBuf::from(value);
+        refuse_schema_for_folder(schema.as_deref(), &path)?;
+        Ok(StoreSpec::Folder(expand_home(path, source)?))
     }
 
     /// Where the store is, before it is opened.
     pub fn at(&self) -> StoreAt {
         match self {
             StoreSpec::Folder(dir) => StoreAt::Folder(dir.clone()),
+            StoreSpec::Postgres(pg) => pg.at(),
         }
     }
 
-    /// Opens the store, creating a folder that does not exist.
+    /// Opens the store, creating a folder that does not exist. A PostgreSQL store must
+    /// answer and have its tables (the library creates them only when asked:
+    /// [`migrate`](Self::migrate)).
     pub fn open(&self) -> Result<Store, Failure> {
         match self {
             StoreSpec::Folder(dir) => {
@@ -111,19 +174,234 @@ impl StoreSpec {
                     sessions: Arc::new(store),
                 })
             }
+            StoreSpec::Postgres(pg) => {
+                let store = pg.connect()?;
+                // The library connects lazily: one small query tells a server that does not
+                // answer, and a schema that was never migrated, before a command starts.
+                if let Err(e) = store.list_page(1, None) {
+                    return Err(pg.failure(&e));
+                }
+                Ok(Store {
+                    at: pg.at(),
+                    sessions: Arc::new(store),
+                })
+            }
         }
     }
 
     /// The store, if it exists: commands that only read or change stored sessions do not
-    /// create a folder.
+    /// create a folder. A PostgreSQL store is always there to open (or fails to).
     pub fn open_existing(&self) -> Result<Option<Store>, Failure> {
         match self {
             StoreSpec::Folder(dir) => match std::fs::symlink_metadata(dir) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
                 _ => self.open().map(Some),
             },
+            StoreSpec::Postgres(_) => self.open().map(Some),
         }
     }
+
+    /// `sessions migrate`: makes the store ready. For PostgreSQL, the library's `migrate`
+    /// (creates the schema and tables, or brings older ones up to date; safe to repeat);
+    /// a folder needs no migration and is only created if missing. Returns where it is.
+    pub fn migrate(&self) -> Result<StoreAt, Failure> {
+        match self {
+            StoreSpec::Folder(_) => self.open().map(Store::into_at),
+            StoreSpec::Postgres(pg) => {
+                pg.connect()?.migrate().map_err(|e| {
+                    Failure::Error(format!(
+                        "could not migrate the PostgreSQL session store {}: {}\nhint: the user in the URL needs the right to create the schema (or its tables, if it exists)",
+                        pg.at(),
+                        chain(&e)
+                    ))
+                })?;
+                Ok(pg.at())
+            }
+        }
+    }
+}
+
+impl PostgresSpec {
+    /// Checks `url` as the client will read it, and names the server for messages.
+    fn parse(url: String, schema: String, source: &str) -> Result<Self, Failure> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+            // The parser's reasons name an option or a position, never a value.
+            format!(
+                "the PostgreSQL URL in {source} is malformed ({}); it is not shown here, as it may hold a password\nhint: write it as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?OPTION=VALUE&...]; the schema is chosen with --schema or {SCHEMA_ENV}, not in the URL",
+                chain(&e)
+            )
+        })?;
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err(format!(
+                "the PostgreSQL URL in {source} names no server: write it as postgresql://USER@HOST[:PORT]/DATABASE (for a Unix socket, the socket's folder as host, with / written %2F)"
+            )
+            .into());
+        }
+        Ok(PostgresSpec {
+            url,
+            schema,
+            server: server_of(&config),
+        })
+    }
+
+    fn at(&self) -> StoreAt {
+        StoreAt::Postgres {
+            server: self.server.clone(),
+            schema: self.schema.clone(),
+        }
+    }
+
+    /// The store, not yet connected (the library opens connections when first needed).
+    fn connect(&self) -> Result<PostgresSessionStore, Failure> {
+        PostgresSessionStore::builder()
+            .schema(self.schema.as_str())
+            .connect(&self.url)
+            .map_err(|e| {
+                Failure::Error(format!(
+                    "the PostgreSQL session store {} cannot be used: {}",
+                    self.at(),
+                    chain(&e)
+                ))
+            })
+    }
+
+    /// Why the store could not be opened, with what to do about it.
+    fn failure(&self, e: &Error) -> Failure {
+        if is_missing_tables(e) {
+            return Failure::Error(format!(
+                "the PostgreSQL session store {} has not been set up: the schema {} or its tables do not exist\n{MIGRATE_HINT}",
+                self.at(),
+                self.schema
+            ));
+        }
+        Failure::Error(format!(
+            "the PostgreSQL session store {} cannot be used: {}\nhint: check the server's host, port, user, password and database in --store or AGENT_SESSION_STORE",
+            self.at(),
+            chain(e)
+        ))
+    }
+}
+
+/// Whether `e` is a PostgreSQL store's query on tables that were never created (their
+/// schema missing, or not migrated).
+pub fn is_missing_tables(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(code) = cause
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::code)
+        {
+            return *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The hint for an error of a store that was never set up, if `e` is one.
+pub fn missing_tables_hint(e: &Error) -> Option<&'static str> {
+    is_missing_tables(e).then_some(MIGRATE_HINT)
+}
+
+fn is_postgres_url(value: &std::ffi::OsStr) -> bool {
+    POSTGRES_URL_PREFIXES
+        .iter()
+        .any(|prefix| value.as_bytes().starts_with(prefix.as_bytes()))
+}
+
+/// `AGENT_SESSION_SCHEMA`, if set and not empty.
+fn schema_from_env() -> Result<Option<String>, Failure> {
+    match std::env::var(SCHEMA_ENV) {
+        Ok(schema) if !schema.is_empty() => Ok(Some(schema)),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(format!("{SCHEMA_ENV} is not valid UTF-8").into())
+        }
+    }
+}
+
+/// `--schema` with a folder store does nothing, so it is refused. (`AGENT_SESSION_SCHEMA`
+/// is ignored for a folder: it may be set for other commands.)
+fn refuse_schema_for_folder(schema: Option<&str>, folder: &Path) -> Result<(), Failure> {
+    match schema {
+        None => Ok(()),
+        Some(_) => Err(Failure::Usage(format!(
+            "--schema applies to a PostgreSQL store (--store postgres://... or postgresql://...), and the store here is the folder {}",
+            folder.display()
+        ))),
+    }
+}
+
+/// The server and database of `config` as a URL, without the password and parameters:
+/// `postgresql://USER@HOST:PORT/DATABASE`.
+fn server_of(config: &tokio_postgres::Config) -> String {
+    let mut out = String::from("postgresql://");
+    if let Some(user) = config.get_user() {
+        out.push_str(&url_encoded(user.as_bytes()));
+        out.push('@');
+    }
+    let ports = config.get_ports();
+    let port = |i: usize| {
+        ports
+            .get(i)
+            .or_else(|| ports.first().filter(|_| ports.len() == 1))
+    };
+    let mut hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            Host::Tcp(name) => tcp_host(name),
+            Host::Unix(dir) => url_encoded(dir.as_os_str().as_bytes()),
+        })
+        .collect();
+    if hosts.is_empty() {
+        hosts = config
+            .get_hostaddrs()
+            .iter()
+            .map(|addr| tcp_host(&addr.to_string()))
+            .collect();
+    }
+    for (i, host) in hosts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(host);
+        if let Some(port) = port(i) {
+            let _ = write!(out, ":{port}");
+        }
+    }
+    if let Some(dbname) = config.get_dbname() {
+        out.push('/');
+        out.push_str(&url_encoded(dbname.as_bytes()));
+    }
+    out
+}
+
+/// A TCP host for a URL: an IPv6 address in brackets, a name percent-encoded.
+fn tcp_host(name: &str) -> String {
+    if name.contains(':')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+    {
+        format!("[{name}]")
+    } else {
+        url_encoded(name.as_bytes())
+    }
+}
+
+/// `bytes` with every byte but ASCII letters, digits and `-._~` percent-encoded: a part of
+/// a URL that reads back as it was, and shows no control character.
+fn url_encoded(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }
 
 fn open_folder(dir: &Path) -> Result<FileSessionStore, Failure> {
@@ -141,7 +419,7 @@ fn open_folder(dir: &Path) -> Result<FileSessionStore, Failure> {
 /// `source` names where the path came from.
 fn expand_home(path: PathBuf, source: &str) -> Result<PathBuf, Failure> {
     use std::ffi::OsString;
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::os::unix::ffi::OsStringExt;
 
     let Some(rest) = path.as_os_str().as_bytes().strip_prefix(b"~") else {
         return Ok(path);
@@ -164,4 +442,52 @@ fn expand_home(path: PathBuf, source: &str) -> Result<PathBuf, Failure> {
     let mut expanded = home.into_vec();
     expanded.extend_from_slice(rest);
     Ok(PathBuf::from(OsString::from_vec(expanded)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(url: &str) -> String {
+        server_of(&url.parse().expect("a valid URL"))
+    }
+
+    #[test]
+    fn the_server_is_named_without_password_or_parameters() {
+        assert_eq!(
+            server(
+                "postgresql://app:s3cret@db.internal:6543/sessions?password=x&application_name=y"
+            ),
+            "postgresql://app@db.internal:6543/sessions"
+        );
+        assert_eq!(server("postgres://h"), "postgresql://h:5432");
+        assert_eq!(
+            server("postgres://a%40b@[::1],h2:7/d%2Fb"),
+            "postgresql://a%40b@[::1]:5432,h2:7/d%2Fb"
+        );
+        assert_eq!(
+            server("postgresql://u@%2Ftmp%2Fpg/db"),
+            "postgresql://u@%2Ftmp%2Fpg:5432/db"
+        );
+        assert_eq!(
+            server("postgresql://u@h/%1b%5d0"),
+            "postgresql://u@h:5432/%1B%5D0"
+        );
+    }
+
+    #[test]
+    fn only_postgres_urls_are_postgres_stores() {
+        for url in ["postgres://h/db", "postgresql://h/db"] {
+            assert!(is_postgres_url(std::ffi::OsStr::new(url)), "{url}");
+        }
+        for folder in [
+            "postgres",
+            "./postgres://h",
+            "Postgres://h",
+            "host=h dbname=d",
+            "~/s",
+        ] {
+            assert!(!is_postgres_url(std::ffi::OsStr::new(folder)), "{folder}");
+        }
+    }
 }
