@@ -18,7 +18,8 @@ pub const PRUNE_HELP: &str = "\
 Limits (at least one is needed; a prune with none would delete nothing):
   --max-age DURATION  a number and a unit: s, m, h or d (45s, 90m, 12h, 30d)
   --max-count N       keeps the N most recently updated sessions
-  --max-bytes SIZE    bytes on disk (snapshot + journal); a number, optionally with
+  --max-bytes SIZE    bytes on disk (snapshot + journal; in PostgreSQL, the row's
+                      snapshot and summary); a number, optionally with
                       K, M or G, binary multiples: 1K = 1024 bytes, 1M = 1024K,
                       1G = 1024M (500, 10K, 20M, 1G)
 

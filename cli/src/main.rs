@@ -13,10 +13,16 @@
 //! Installed with `cargo install --path cli` (from a checkout of the repository), or run
 //! in place with `cargo run -q -p agent-session-cli -- ARGS`.
 //!
-//! Every conversation is a session of the `agent-session` crate, kept in a
-//! [`FileSessionStore`] (`.agent-session/sessions` under the current directory, or
-//! `--store DIR`, or `$AGENT_SESSION_STORE`; in both, a leading `~` or `~/` means `$HOME`
-//! even where no shell expanded it, and `~NAME` is refused). `chat`, `run` and `script`
+//! Every conversation is a session of the `agent-session` crate, kept in a store the
+//! library writes: a `FileSessionStore` folder (`.agent-session/sessions` under the current
+//! directory, or `--store DIR`, or `$AGENT_SESSION_STORE`; in both, a leading `~` or `~/`
+//! means `$HOME` even where no shell expanded it, and `~NAME` is refused), or a
+//! `PostgresSessionStore` when `--store`/`$AGENT_SESSION_STORE` is a `postgres://` or
+//! `postgresql://` URL (as tokio-postgres reads it), in the schema `--schema` or
+//! `$AGENT_SESSION_SCHEMA` names (default `agent_session`). Every command works on either,
+//! through the `SessionStore` trait (see `store.rs`); messages name a PostgreSQL store as
+//! `schema S of postgresql://USER@HOST:PORT/DB`, never with its password. The PostgreSQL
+//! tables are created only by `sessions migrate`. `chat`, `run` and `script`
 //! start a new session, or continue one with `--resume ID` or the most recent one with
 //! `--continue`.
 //! The session id is printed on stderr when a command starts (`session: ID (new)`).
@@ -69,7 +75,10 @@
 //! read (a damaged snapshot, say): the readable sessions are still listed on stdout and
 //! each unreadable file is named on stderr. `sessions prune` with no limit is a usage error
 //! (it would delete nothing); sessions it kept because they were saved meanwhile are named
-//! on stderr and do not change its status.
+//! on stderr and do not change its status. A PostgreSQL store that cannot be reached, a
+//! malformed URL, or a schema whose tables were never created (`sessions migrate`) is an
+//! error (1) before the command does anything; `--schema` with a folder store is a usage
+//! error.
 
 mod display;
 mod http;
@@ -120,12 +129,22 @@ Examples:
   agent-session sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
   agent-session sessions import s.jsonl                   into this store (--new-ids: renamed)
 
+A PostgreSQL store: a postgres:// or postgresql:// URL instead of a folder, in any command
+(a password in it is never printed; messages name the store without it):
+  export AGENT_SESSION_STORE=postgresql://app@db.internal/app
+  agent-session sessions migrate                          create its tables, once
+  agent-session sessions list                             the sessions in schema agent_session
+  agent-session --schema team_a run \"calc 1+1\"            a session in another schema
+
 The session id is printed on stderr when a command starts. Sessions are saved at every
 step of a turn; if the agent is killed or interrupted mid-turn, the tool calls that were
 running are recorded as interrupted (and named on the next resume), never run again.
 
 Environment:
-  AGENT_SESSION_STORE                    the session folder (like --store; ~/ means $HOME)
+  AGENT_SESSION_STORE                    the session folder or PostgreSQL URL (like --store;
+                                         ~/ means $HOME); a URL with a password is better
+                                         here than in --store, which other users see in ps
+  AGENT_SESSION_SCHEMA                   the schema of a PostgreSQL store (like --schema)
   OPENAI_API_KEY, AGENT_SESSION_API_KEY  use the OpenAI-compatible engine
   OPENAI_BASE_URL                        its endpoint [default: https://api.openai.com/v1]
   AGENT_SESSION_MODEL, OPENAI_MODEL      its model [default: gpt-4o-mini]
@@ -211,7 +230,7 @@ enum Command {
         /// A text file with one prompt per line
         file: PathBuf,
     },
-    /// List, show, fork, archive, prune, export, import or delete saved sessions
+    /// List, show, fork, archive, prune, export, import or delete saved sessions (and migrate a PostgreSQL store)
     #[command(subcommand)]
     Sessions(SessionsCommand),
 }
