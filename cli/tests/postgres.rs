@@ -670,6 +670,20 @@ mod postgres_cli {
             .collect();
         assert_eq!(prompts, ["calc 2*(3+4)", "what did I ask before?"]);
 
+        // chat: /sessions lists this store, and the turn is saved in it.
+        let id = list.sessions[0].id.to_string();
+        let chat = ws
+            .run_with_input(
+                &schema,
+                &["chat", "--resume", &id],
+                b"calc 1+1\n/sessions\n/exit\n",
+            )
+            .assert_success();
+        assert!(chat.stdout.contains("1+1 = 2"), "{chat:#?}");
+        assert!(chat.stdout.contains(&id), "/sessions lists it: {chat:#?}");
+        let chatted = store.load(&list.sessions[0].id).expect("load");
+        assert_eq!(chatted.transcript().len(), saved.transcript().len() + 4);
+
         let (empty, _) = schema_with(&schemas, &[]);
         ws.run(&empty, &["run", "--continue", "hi"]).assert_failure(
             1,
