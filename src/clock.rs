@@ -42,3 +42,25 @@ pub(crate) fn horizon(now: DateTime<Utc>) -> DateTime<Utc> {
 pub(crate) fn is_in_the_future(at: DateTime<Utc>, now: DateTime<Utc>) -> bool {
     at > horizon(now)
 }
+
+/// The `updated_at` of a change made now to a session last stamped `previous` and created
+/// at `created_at` (rule 1): the current time, never before the creation time, and always
+/// a different stamp than `previous`, so a store can tell a changed session from the one
+/// it holds by its stamp alone. Not simply the later of now and `previous`: one stamp in
+/// the future would then keep the session "updated" in the future for ever; `previous`
+/// holds the new stamp up only while it is plausible (then by a nanosecond).
+pub(crate) fn next_stamp(previous: DateTime<Utc>, created_at: DateTime<Utc>) -> DateTime<Utc> {
+    let now = Utc::now();
+    let next = if now <= previous && !is_in_the_future(previous, now) {
+        previous + chrono::TimeDelta::nanoseconds(1)
+    } else {
+        now.max(created_at)
+    };
+    if next == previous {
+        previous
+            .checked_add_signed(chrono::TimeDelta::nanoseconds(1))
+            .unwrap_or(previous)
+    } else {
+        next
+    }
+}

@@ -9,8 +9,8 @@ use crate::id::{Revision, SessionId};
 use crate::lifecycle::{PrunePolicy, PruneReport, SessionStoreExt};
 use crate::redact::Redactor;
 use crate::session::{Session, SessionOptions, TurnOutcome};
-use crate::snapshot::ForkAt;
 use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{ForkAt, RewindTo};
 use crate::store::{ListCursor, SessionList, SessionPage, SessionStore};
 use crate::transcript::Message;
 
@@ -236,6 +236,49 @@ where
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// Takes `session` back to `to` ([`Session::rewind`]) and saves it: the `/undo` of an
+    /// agent, durable when it returns. Returns the revision stored. The save appends one
+    /// small record to stores that append, however long the session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a point the session does not have or one that
+    /// splits a tool call from its result (the session is not changed, nothing is
+    /// written); as [`save_session`](Self::save_session) for the save, after which the
+    /// session stays rewound in memory and a later save stores it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+    /// #     Message, Usage};
+    /// # struct Echo;
+    /// # impl Engine for Echo {
+    /// #     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+    /// #         let last = r.transcript.last().map(Message::text).unwrap_or_default();
+    /// #         Ok(Completion::new(Message::assistant(vec![ContentBlock::text(last)]), Usage::new(r.model)))
+    /// #     }
+    /// # }
+    /// use agent_session::{Harness, MemorySessionStore, RewindTo, SessionOptions};
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let harness = Harness::builder(MemorySessionStore::new(), || Echo).build();
+    /// let mut session = harness.new_session(SessionOptions::new("m"))?;
+    /// harness.send(&mut session, "first").await?;
+    /// harness.send(&mut session, "a mistake").await?;
+    /// harness.rewind_session(&mut session, RewindTo::LastTurns(1))?;
+    ///
+    /// let resumed = harness.resume_session(session.id(), None)?;
+    /// assert_eq!(resumed.transcript().len(), 2);
+    /// # Ok::<(), agent_session::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rewind_session(&self, session: &mut Session<E>, to: RewindTo) -> Result<Revision> {
+        session.rewind(to)?;
+        self.save_session(session)
     }
 
     /// Redacts `snapshot` (a fresh copy, so in place) if the harness has a redactor, and

@@ -137,7 +137,7 @@ pub use session::{
     Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, INTERRUPTED_OUTPUT,
 };
 pub use snapshot::{
-    BlockPosition, ForkAt, Lineage, PersistedOptions, SessionSnapshot, SnapshotBuilder,
+    BlockPosition, ForkAt, Lineage, PersistedOptions, RewindTo, SessionSnapshot, SnapshotBuilder,
     ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use store::{

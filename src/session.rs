@@ -15,8 +15,8 @@ use crate::json;
 use crate::snapshot::check_metadata_depth;
 use crate::snapshot::Lineage;
 use crate::snapshot::{
-    BlockPosition, Counts, PersistedOptions, Provenance, SessionSnapshot, SnapshotParts,
-    ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
+    keep_records_before, rewind_cut, BlockPosition, Counts, PersistedOptions, Provenance, RewindTo,
+    SessionSnapshot, SnapshotParts, ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
 };
 use crate::transcript::{
     blocks_depth, dismantle_message, dismantle_output, message_depth, ContentBlock, Message, Role,
@@ -760,6 +760,67 @@ impl<E> Session<E> {
         self.totals
     }
 
+    /// Takes the session back to `to`, the `/undo` of an agent: the transcript keeps the
+    /// messages before that point and their tool-call records, and returns how many
+    /// messages it dropped. The next turn's model sees the shorter transcript; tool calls
+    /// rewound away are never run again. Usage, options and metadata stay (the dropped
+    /// turns were paid for: [`usage`](Self::usage) and [`totals`](Self::totals) still
+    /// count them).
+    ///
+    /// The change is in memory until the session is saved
+    /// ([`Harness::rewind_session`](crate::Harness::rewind_session) does both). The next
+    /// save keeps what the store already holds of the kept messages, so the file store
+    /// appends one small journal record, however long the session. The store keeps the
+    /// head of the session only: the rewound messages are not kept in its history yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `to` lies before the start or beyond the transcript,
+    /// or would separate a tool call from its result (the message names the nearest
+    /// valid points); the session is not changed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+    /// #     Message, Usage};
+    /// # struct Echo;
+    /// # impl Engine for Echo {
+    /// #     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+    /// #         let last = r.transcript.last().map(Message::text).unwrap_or_default();
+    /// #         Ok(Completion::new(Message::assistant(vec![ContentBlock::text(last)]), Usage::new(r.model)))
+    /// #     }
+    /// # }
+    /// use agent_session::{RewindTo, Session, SessionId, SessionOptions};
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut session = Session::new(SessionId::generate(), Echo, SessionOptions::new("m"))?;
+    /// session.send("keep this").await?;
+    /// session.send("undo this").await?;
+    /// assert_eq!(session.rewind(RewindTo::LastTurns(1))?, 2);
+    /// assert_eq!(session.transcript().len(), 2);
+    /// assert_eq!(session.turn_count(), 2); // both completions still counted
+    /// # Ok::<(), agent_session::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rewind(&mut self, to: RewindTo) -> Result<usize> {
+        let cut = rewind_cut(&self.id, &self.transcript, &self.records, to)?;
+        let dropped = self.transcript.len() - cut;
+        if dropped == 0 {
+            return Ok(0);
+        }
+        let transcript = Arc::make_mut(&mut self.transcript);
+        transcript.drain(cut..).for_each(dismantle_message);
+        let unchanged = keep_records_before(Arc::make_mut(&mut self.records), cut);
+        if let Some(provenance) = &mut self.provenance {
+            provenance.kept.messages = provenance.kept.messages.min(cut);
+            provenance.kept.tool_calls = provenance.kept.tool_calls.min(unchanged);
+        }
+        self.touch();
+        Ok(dropped)
+    }
+
     /// Model completions over the session's whole life, across resumes.
     #[must_use]
     pub fn turn_count(&self) -> usize {
@@ -782,28 +843,11 @@ impl<E> Session<E> {
         self.touch();
     }
 
-    /// Records a change now: the time of the change, never before the creation time, and
-    /// always a different stamp than before, so a store can tell a changed session from
-    /// the one it holds by its stamp alone. Not simply the later of now and the previous
-    /// stamp: one stamp in the future (a clock that was ahead) would then keep the session
-    /// "updated" in the future for ever (see
-    /// [`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)); the previous stamp holds the
-    /// new one up only while it is plausible (then by a nanosecond).
+    /// Records a change now ([`clock::next_stamp`]): the time of the change, never before
+    /// the creation time, and always a different stamp than before (see
+    /// [`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)).
     fn touch(&mut self) {
-        let now = Utc::now();
-        let previous = self.updated_at;
-        let next = if now <= previous && !clock::is_in_the_future(previous, now) {
-            previous + chrono::TimeDelta::nanoseconds(1)
-        } else {
-            now.max(self.created_at)
-        };
-        self.updated_at = if next == previous {
-            previous
-                .checked_add_signed(chrono::TimeDelta::nanoseconds(1))
-                .unwrap_or(previous)
-        } else {
-            next
-        };
+        self.updated_at = clock::next_stamp(self.updated_at, self.created_at);
     }
 
     fn push_result(&mut self, result: ToolResult, pending: &PendingCall, status: ToolCallStatus) {

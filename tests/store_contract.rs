@@ -225,7 +225,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
         .skipped
         .iter()
         .any(|s| s.case == "prune_by_count_keeps_the_newest"));
-    assert_eq!(report.passed.len() + report.skipped.len(), 39, "{report}");
+    assert_eq!(report.passed.len() + report.skipped.len(), 40, "{report}");
     let panicked = panic::catch_unwind(AssertUnwindSafe(|| report.assert_complete()));
     assert!(
         panicked.is_err(),

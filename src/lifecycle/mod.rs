@@ -10,14 +10,15 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::id::Revision;
 use crate::id::SessionId;
-use crate::snapshot::{ForkAt, SessionSnapshot};
+use crate::snapshot::{ForkAt, RewindTo, SessionSnapshot};
 use crate::store::SessionStore;
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
 pub use prune::{PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned};
 
 /// The session workflows every [`SessionStore`] has: [`fork`](Self::fork),
-/// [`prune`](Self::prune), [`export`](Self::export) and [`import`](Self::import).
+/// [`rewind`](Self::rewind), [`prune`](Self::prune), [`export`](Self::export) and
+/// [`import`](Self::import).
 ///
 /// They are built only on the store's own methods (`load`, `save`, `list_scoped`,
 /// `delete_if_unchanged`, `stored_bytes`, `delete`), so a store gets them right by getting
@@ -63,6 +64,42 @@ pub trait SessionStoreExt: SessionStore {
         // Exactly what was just stored, so a session resumed from it appends its next save.
         fork.mark_stored(revision);
         Ok(fork)
+    }
+
+    /// Takes stored session `id` back to `to` and saves it: the `/undo` of an agent, for a
+    /// session no live [`Session`](crate::Session) holds (for one that does, use
+    /// [`Session::rewind`](crate::Session::rewind)). Returns the session as stored. See
+    /// [`SessionSnapshot::rewound`] for what it keeps; the save appends one small record
+    /// to stores that append.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`](crate::Error::NotFound) if there is no session `id`;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a point the session
+    /// does not have or one that splits a tool call from its result (nothing is written);
+    /// [`Error::Conflict`](crate::Error::Conflict) if another writer saved it between the
+    /// load and the save; storage errors otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ContentBlock, MemorySessionStore, Message, RewindTo, SessionId,
+    ///     SessionSnapshot, SessionStore, SessionStoreExt};
+    ///
+    /// let store = MemorySessionStore::new();
+    /// let id = SessionId::parse("s")?;
+    /// store.save(&SessionSnapshot::builder(id.clone(), "m")
+    ///     .transcript(vec![Message::user("a"), Message::assistant(vec![ContentBlock::text("b")])])
+    ///     .build()?)?;
+    /// let rewound = store.rewind(&id, RewindTo::LastTurns(1))?;
+    /// assert!(rewound.transcript().is_empty());
+    /// assert_eq!(store.load(&id)?.revision(), rewound.revision());
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    fn rewind(&self, id: &SessionId, to: RewindTo) -> Result<SessionSnapshot> {
+        let rewound = self.load(id)?.rewound(to)?;
+        let revision = self.save(&rewound)?;
+        Ok(rewound.with_revision(revision))
     }
 
     /// Deletes what `policy` says should go, oldest first, or with

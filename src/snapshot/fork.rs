@@ -143,7 +143,7 @@ impl std::str::FromStr for ForkAt {
 }
 
 /// Whether `message` starts a turn: a user message with something besides tool results.
-fn is_prompt(message: &Message) -> bool {
+pub(super) fn is_prompt(message: &Message) -> bool {
     message.role == Role::User
         && message
             .content
@@ -187,19 +187,34 @@ pub(crate) fn cut(
             prompts.nth(n).unwrap_or(transcript.len())
         }
     };
-    if let Some(split) = splitting(records, cut) {
-        return Err(Error::InvalidArgument {
-            reason: format!(
-                "cannot fork session {id} at message {cut}: tool call {:?} is made in message {} and answered in message {}; fork at message {} or {} instead",
-                split.call_id,
+    check_cut(records, cut, |call, call_at, result_at, before, after| {
+        format!(
+            "cannot fork session {id} at message {cut}: tool call {call:?} is made in message {call_at} and answered in message {result_at}; fork at message {before} or {after} instead"
+        )
+    })?;
+    Ok(cut)
+}
+
+/// `Ok` if a cut before message `cut` splits no tool call from its result; otherwise an
+/// [`Error::InvalidArgument`] whose reason `explain` writes from the splitting call's id,
+/// the messages of its call and result, and the nearest valid cuts before and after.
+pub(super) fn check_cut(
+    records: &[ToolCallRecord],
+    cut: usize,
+    explain: impl FnOnce(&str, usize, usize, usize, usize) -> String,
+) -> Result<()> {
+    match splitting(records, cut) {
+        None => Ok(()),
+        Some(split) => Err(Error::InvalidArgument {
+            reason: explain(
+                &split.call_id,
                 split.call_at.message,
                 split.result_at.message,
                 valid_point(records, cut, |r| r.call_at.message),
                 valid_point(records, cut, |r| r.result_at.message + 1),
             ),
-        });
+        }),
     }
-    Ok(cut)
 }
 
 /// A tool call that a cut before message `cut` separates from its result.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::{
     Bundle, ContentBlock, Cost, Error, ErrorKind, ForkAt, ImportIds, ListScope, Message,
-    PrunePolicy, PruneReason, PruneReport, Result, Revision, SessionId, SessionList,
+    PrunePolicy, PruneReason, PruneReport, Result, Revision, RewindTo, SessionId, SessionList,
     SessionSnapshot, SessionStore, SessionStoreExt, SessionSummary,
 };
 use chrono::Utc;
@@ -289,6 +289,64 @@ pub(super) fn fork_at_message_turn_and_end_copies_the_prefix_and_records_lineage
     let parent_summary = summary_in(store, ListScope::Active, "fork-parent").expect("listed");
     assert_eq!(parent_summary.lineage, None);
     assert_eq!(parent_summary.revision, Revision::from_u64(2));
+}
+
+/// A rewind keeps a prefix of the transcript with its tool-call records and all the
+/// usage, and is a save like any other (the revision moves by one, a fresh load sees it);
+/// a point that splits a tool call from its result, lies before the start or past the end
+/// is refused with the stored session unchanged.
+pub(super) fn rewind_keeps_a_prefix_and_the_usage_and_refuses_what_it_cannot_cut<
+    S: SessionStore,
+>(
+    store: &S,
+) {
+    let stored = save_twice(store, &multi_turn("rewind"));
+    for point in [
+        RewindTo::Message(3),
+        RewindTo::Message(5),
+        RewindTo::Message(9),
+        RewindTo::Message(15),
+        RewindTo::LastTurns(4),
+    ] {
+        let err = store
+            .rewind(stored.id(), point)
+            .expect_err("a point the session cannot be rewound to");
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }),
+            "{point}: {err:?}"
+        );
+        assert_eq!(
+            store.load(stored.id()).expect("load"),
+            stored,
+            "{point}: a refused rewind changed the stored session"
+        );
+    }
+    let err = store
+        .rewind(&id("rewind-missing"), RewindTo::LastTurns(1))
+        .expect_err("a missing session");
+    assert!(err.is_not_found(), "{err:?}");
+
+    let rewound = store
+        .rewind(stored.id(), RewindTo::LastTurns(2))
+        .expect("rewind two turns");
+    assert_eq!(rewound.revision(), Revision::from_u64(3));
+    assert_eq!(rewound.transcript(), &stored.transcript()[..10]);
+    assert_eq!(rewound.tool_calls(), stored.tool_calls());
+    assert_eq!(rewound.usage(), stored.usage());
+    assert_eq!(rewound.options(), stored.options());
+    assert_eq!(rewound.metadata(), stored.metadata());
+    assert_eq!(store.load(stored.id()).expect("reload"), rewound);
+
+    let before_tools = store
+        .rewind(stored.id(), RewindTo::Message(2))
+        .expect("rewind before the first tool call");
+    assert_eq!(before_tools.transcript(), &stored.transcript()[..2]);
+    assert!(before_tools.tool_calls().is_empty());
+    assert_eq!(before_tools.usage(), stored.usage());
+    assert_eq!(
+        store.load(stored.id()).expect("reload").revision(),
+        Revision::from_u64(4)
+    );
 }
 
 pub(super) fn fork_refuses_taken_ids_missing_parents_and_split_tool_calls<S: SessionStore>(

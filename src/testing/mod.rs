@@ -4,7 +4,7 @@
 //! [`contract`] runs each case on a fresh store: round trips of every kind of content,
 //! revisions and conflicts, deletes, listing order and pages, 8 threads of
 //! read-modify-write saves, clocks ahead, then the lifecycle workflows built on the store
-//! (fork, archive, the conditional delete, prune, export and import). A case that fails
+//! (fork, rewind, archive, the conditional delete, prune, export and import). A case that fails
 //! panics, naming the case, as a test assertion does, so call it from a `#[test]`.
 //!
 //! Two behaviours are optional, and the cases that need them are skipped (and listed in
@@ -198,6 +198,10 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
     on_store!(
         Nothing,
         lifecycle::deleting_a_parent_leaves_its_forks_loadable_and_unchanged
+    );
+    on_store!(
+        Nothing,
+        lifecycle::rewind_keeps_a_prefix_and_the_usage_and_refuses_what_it_cannot_cut
     );
     on_store!(
         Archiving,
