@@ -1,15 +1,18 @@
-//! `sessions fork|archive|unarchive|prune|export|import`: what happens to sessions after
-//! their turns: branching, hiding, retention and moving them between stores.
+//! `sessions fork|rewind|archive|unarchive|prune|export|import`: what happens to sessions
+//! after their turns: branching, undoing, hiding, retention and moving them between stores.
 
+use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
 use agent_session::{
-    Bundle, Error, ForkAt, ImportIds, PrunePolicy, SessionId, SessionStore, SessionStoreExt,
+    Bundle, ContentBlock, Error, ForkAt, ImportIds, Message, PrunePolicy, RewindTo, Role,
+    SessionId, SessionStore, SessionStoreExt,
 };
 
+use crate::display::{escape_controls, Keep};
 use crate::store::{Store, StoreAt, StoreSpec};
 use crate::{chain, display, Failure};
 
@@ -43,12 +46,45 @@ The new id is printed on stdout, alone on its line:
   new=$(agent-session sessions fork 0190c3e2-... --at turn:2)
   agent-session run --resume \"$new\" \"try the other approach\"";
 
+/// Shown in the help of `sessions rewind`.
+pub const REWIND_HELP: &str = "\
+With neither option it drops the last turn (--turns 1). A turn starts at a prompt (a
+user message) and runs to the next one: the model's replies and tool calls with it.
+--to-message I keeps messages 0 to I-1, as `sessions fork --at message:I` would copy
+them. The next turn's model sees only what is kept, and tool calls dropped are never run
+again; the usage of the dropped turns stays counted (they were paid for).
+
+A point between a tool call and its result is refused, naming the nearest points that
+are allowed, and so is one before the start or past the end: nothing is changed then.
+
+The dropped messages are not kept: a rewind cannot be undone. Fork the session first to
+keep a copy:
+  agent-session sessions fork 0190c3e2-... --as before-rewind
+  agent-session sessions rewind 0190c3e2-... --turns 2";
+
+/// `--turns`: a whole number of turns, at least 1 (0 would drop nothing).
+pub fn parse_turns(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 turns would drop nothing: give at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{text:?} is not a number of turns")),
+    }
+}
+
 /// `--at`: `message:N`, `turn:N` or `end`.
 pub fn parse_fork_at(text: &str) -> Result<ForkAt, String> {
     text.parse::<ForkAt>().map_err(|e| match e {
         Error::InvalidArgument { reason } => reason,
         other => other.to_string(),
     })
+}
+
+/// The point of `sessions rewind --turns N | --to-message I`: the last turn without either.
+pub fn rewind_to(turns: Option<usize>, to_message: Option<usize>) -> RewindTo {
+    match to_message {
+        Some(kept) => RewindTo::Message(kept),
+        None => RewindTo::LastTurns(turns.unwrap_or(1)),
+    }
 }
 
 /// `--max-age`: a whole number and a unit, `s`, `m`, `h` or `d`.
@@ -121,6 +157,116 @@ pub fn fork(
         fork.id()
     );
     Ok(())
+}
+
+/// Whether `message` starts a turn: a user message with something besides tool results
+/// (the library's rule for `RewindTo::LastTurns` and `ForkAt::Turns`).
+pub fn is_prompt(message: &Message) -> bool {
+    message.role == Role::User
+        && message
+            .content
+            .iter()
+            .any(|block| !matches!(block, ContentBlock::ToolResult(_)))
+}
+
+/// How many prompts of a rewind's dropped turns are quoted, and how much of each.
+const PROMPTS_SHOWN: usize = 3;
+const PROMPT_WIDTH: usize = 40;
+
+/// What a rewind took away and what is left, for `sessions rewind` and `/undo`:
+/// `dropped 4 messages (1 turn: "calc 2*3"), 4 messages remain`.
+pub fn rewind_summary(dropped: &[Message], kept: usize) -> String {
+    let prompts: Vec<String> = dropped
+        .iter()
+        .filter(|m| is_prompt(m))
+        .map(|m| {
+            let text = m.text();
+            let mut shown: String = text.chars().take(PROMPT_WIDTH).collect();
+            if text.chars().count() > PROMPT_WIDTH {
+                shown.push('…');
+            }
+            format!("\"{}\"", escape_controls(&shown, Keep::Nothing))
+        })
+        .collect();
+    let mut out = format!("dropped {}", counted(dropped.len(), "message"));
+    if !prompts.is_empty() {
+        let _ = write!(
+            out,
+            " ({}: {}",
+            counted(prompts.len(), "turn"),
+            prompts[..prompts.len().min(PROMPTS_SHOWN)].join(", ")
+        );
+        if prompts.len() > PROMPTS_SHOWN {
+            let _ = write!(out, " and {} more", prompts.len() - PROMPTS_SHOWN);
+        }
+        out.push(')');
+    }
+    let remain = if kept == 1 { "remains" } else { "remain" };
+    let _ = write!(out, ", {} {remain}", counted(kept, "message"));
+    out
+}
+
+/// `1 message`, `2 messages`.
+fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// `sessions rewind`: what was dropped and what remains on stdout. The session is loaded
+/// once first, only to say what the rewind dropped; the rewind itself loads and saves it
+/// again, compare-and-swap, so a save by someone else in between is never lost.
+pub fn rewind(store: &dyn SessionStore, id: &SessionId, to: RewindTo) -> Result<(), Failure> {
+    let before = store.load(id)?;
+    let rewound = store.rewind(id, to).map_err(|e| rewind_failure(e, id))?;
+    let kept = rewound.transcript().len();
+    let revision = rewound.revision();
+    if revision == before.revision() {
+        println!(
+            "session {id} already ends at message {kept} ({to}): nothing to rewind; revision {revision} is unchanged"
+        );
+        return Ok(());
+    }
+    if revision == before.revision().next() {
+        let dropped = before.transcript().get(kept..).unwrap_or_default();
+        println!(
+            "rewound session {id} ({to}), now revision {revision}: {}",
+            rewind_summary(dropped, kept)
+        );
+    } else {
+        // Saved by someone else between the two loads: the rewind applied to their
+        // version, whose length this process did not see.
+        println!(
+            "rewound session {id} ({to}), now revision {revision}: {} {} (it was saved meanwhile, so how many were dropped is not known)",
+            counted(kept, "message"),
+            if kept == 1 { "remains" } else { "remain" }
+        );
+    }
+    eprintln!(
+        "the usage of the dropped messages stays counted; continue the session with --resume {id}"
+    );
+    Ok(())
+}
+
+/// A refused or conflicting rewind changed nothing, and says so.
+fn rewind_failure(error: Error, id: &SessionId) -> Failure {
+    let refused = matches!(error, Error::InvalidArgument { .. });
+    let conflict = matches!(error, Error::Conflict { .. });
+    let mut failure = Failure::from(error);
+    if let Failure::Error(message) = &mut failure {
+        if conflict {
+            let _ = write!(
+                message,
+                "\nhint: another process saved session {id} while it was being rewound; run the command again to rewind it as it is now"
+            );
+        }
+        if refused || conflict {
+            message.push_str("\nnothing was rewound");
+        }
+    }
+    failure
 }
 
 /// `sessions archive` and `sessions unarchive`.
@@ -389,4 +535,62 @@ fn with_hint(error: Error, hint: &str) -> Failure {
         message.push_str(hint);
     }
     failure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_session::ToolResult;
+
+    #[test]
+    fn rewind_summary_counts_and_quotes_the_dropped_turns() {
+        let turn = |prompt: &str| {
+            [
+                Message::user(prompt),
+                Message::assistant(vec![ContentBlock::text("ok")]),
+            ]
+        };
+        let one: Vec<Message> = turn("calc 2*3").into();
+        assert_eq!(
+            rewind_summary(&one, 1),
+            "dropped 2 messages (1 turn: \"calc 2*3\"), 1 message remains"
+        );
+        // Tool results are not prompts; a cut inside a turn drops no prompt.
+        let tail = [
+            Message::tool_result(ToolResult::new("c", "42")),
+            Message::assistant(vec![ContentBlock::text("42")]),
+        ];
+        assert_eq!(
+            rewind_summary(&tail, 2),
+            "dropped 2 messages, 2 messages remain"
+        );
+        assert_eq!(
+            rewind_summary(&tail[..1], 0),
+            "dropped 1 message, 0 messages remain"
+        );
+
+        let long = "x".repeat(PROMPT_WIDTH + 5);
+        let many: Vec<Message> = ["a\u{1b}[2J", long.as_str(), "c", "d", "e"]
+            .into_iter()
+            .flat_map(turn)
+            .collect();
+        let summary = rewind_summary(&many, 0);
+        assert_eq!(
+            summary,
+            format!(
+                "dropped 10 messages (5 turns: \"a\\u{{1b}}[2J\", \"{}…\", \"c\" and 2 more), 0 messages remain",
+                "x".repeat(PROMPT_WIDTH)
+            )
+        );
+    }
+
+    #[test]
+    fn turns_are_at_least_one_and_the_default_point_is_the_last_turn() {
+        assert_eq!(parse_turns("2"), Ok(2));
+        assert!(parse_turns("0").is_err_and(|e| e.contains("drop nothing")));
+        assert!(parse_turns("-1").is_err());
+        assert_eq!(rewind_to(None, None), RewindTo::LastTurns(1));
+        assert_eq!(rewind_to(Some(3), None), RewindTo::LastTurns(3));
+        assert_eq!(rewind_to(None, Some(4)), RewindTo::Message(4));
+    }
 }

@@ -6,6 +6,7 @@
 //! agent-session sessions list
 //! agent-session chat --resume <ID>
 //! agent-session sessions fork <ID> --at turn:1
+//! agent-session sessions rewind <ID> --turns 1
 //! agent-session sessions prune --max-age 30d --dry-run
 //! agent-session sessions export <ID> -o backup.jsonl
 //! ```
@@ -31,7 +32,10 @@
 //!
 //! `sessions fork ID --at message:N|turn:N|end` copies a session's first messages into a
 //! new session (printing its id on stdout), recording the parent; `sessions list` shows it
-//! as `fork of PARENT@N`. `sessions archive ID` hides a session from `sessions list` and
+//! as `fork of PARENT@N`. `sessions rewind ID` takes a session back in place: `--turns N`
+//! drops its last N turns (1 without an option), `--to-message I` keeps its first I
+//! messages; a point between a tool call and its result is refused, naming the valid
+//! ones, and the dropped messages' usage stays counted. `sessions archive ID` hides a session from `sessions list` and
 //! `--continue` (it still resumes by id; `--archived` and `--all` list it). `sessions prune`
 //! deletes sessions past `--max-age`, beyond `--max-count` or over `--max-bytes` (with
 //! `--dry-run` it only says which). `sessions export ID... -o FILE` writes a private (0600)
@@ -123,6 +127,7 @@ Examples:
   agent-session sessions list --limit 20                  one page; prints how to get the next
   agent-session sessions show 0190c3e2-...                the transcript, tool calls with results
   agent-session sessions fork 0190c3e2-... --at turn:2    a new session with its first 2 turns
+  agent-session sessions rewind 0190c3e2-...              drop its last turn (--turns N, --to-message I)
   agent-session sessions archive 0190c3e2-...             hide it from the list (still resumes)
   agent-session sessions list --all                       archived sessions too
   agent-session sessions prune --max-age 30d --dry-run    what pruning would delete
@@ -230,7 +235,7 @@ enum Command {
         /// A text file with one prompt per line
         file: PathBuf,
     },
-    /// List, show, fork, archive, prune, export, import or delete saved sessions (and migrate a PostgreSQL store)
+    /// List, show, fork, rewind, archive, prune, export, import or delete saved sessions (and migrate a PostgreSQL store)
     #[command(subcommand)]
     Sessions(SessionsCommand),
 }
@@ -284,6 +289,18 @@ enum SessionsCommand {
         /// The new session's id [default: a generated one]
         #[arg(long = "as", value_name = "NEW_ID")]
         new_id: Option<String>,
+    },
+    /// Take a session back to an earlier point: drop its last turns
+    #[command(after_help = lifecycle::REWIND_HELP)]
+    Rewind {
+        /// The session to rewind
+        id: String,
+        /// Drop the last N turns (a turn starts at a prompt) [default: 1]
+        #[arg(long, value_name = "N", value_parser = lifecycle::parse_turns, conflicts_with = "to")]
+        turns: Option<usize>,
+        /// Keep the first I messages and drop the rest, instead of counting turns
+        #[arg(long = "to-message", value_name = "I")]
+        to: Option<usize>,
     },
     /// Hide a session from `sessions list` and --continue; it still resumes with --resume ID
     Archive {
@@ -490,6 +507,10 @@ fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
             let new_id = new_id.map(|id| SessionId::parse(&id)).transpose()?;
             let (store, id) = existing_session(spec, &id)?;
             lifecycle::fork(store.sessions(), &id, at, new_id)
+        }
+        SessionsCommand::Rewind { id, turns, to } => {
+            let (store, id) = existing_session(spec, &id)?;
+            lifecycle::rewind(store.sessions(), &id, lifecycle::rewind_to(turns, to))
         }
         SessionsCommand::Archive { id } => {
             let (store, id) = existing_session(spec, &id)?;

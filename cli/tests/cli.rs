@@ -483,6 +483,8 @@ fn an_unknown_session_id_is_reported_and_changes_nothing() {
         &["sessions", "show", "no-such-session"],
         &["sessions", "delete", "no-such-session"],
         &["sessions", "fork", "no-such-session"],
+        &["sessions", "rewind", "no-such-session"],
+        &["sessions", "rewind", "no-such-session", "--to-message", "0"],
         &["sessions", "archive", "no-such-session"],
         &["sessions", "unarchive", "no-such-session"],
         &["sessions", "export", "no-such-session"],
@@ -502,6 +504,7 @@ fn a_malformed_session_id_is_rejected_and_changes_nothing() {
             &["sessions", "show", bad],
             &["sessions", "delete", bad],
             &["sessions", "fork", bad],
+            &["sessions", "rewind", bad],
             &["sessions", "archive", bad],
             &["sessions", "unarchive", bad],
             &["sessions", "export", bad],
@@ -1413,6 +1416,189 @@ fn fork_refuses_a_cut_between_a_tool_call_and_its_result_and_other_bad_points() 
     assert_eq!(ws.stored_files(), before);
 }
 
+// ---------------------------------------------------------------------------------------
+// sessions rewind
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn rewind_drops_the_last_turn_and_show_prints_the_shorter_transcript() {
+    let (ws, id) = workspace_with_two_turns();
+    let before = ws.load(&id);
+
+    let out = ws
+        .run(&["sessions", "rewind", &id, "--turns", "1"])
+        .assert_success();
+    assert_eq!(
+        out.stdout,
+        format!(
+            "rewound session {id} (turns:1), now revision 7: dropped 4 messages (1 turn: \"calc 2*3\"), 4 messages remain\n"
+        ),
+        "{out:#?}"
+    );
+    assert!(
+        out.stderr
+            .contains("usage of the dropped messages stays counted"),
+        "{out:#?}"
+    );
+    let rewound = ws.load(&id);
+    assert_eq!(rewound.transcript(), &before.transcript()[..4]);
+    assert_eq!(rewound.tool_calls(), &before.tool_calls()[..1]);
+    assert_eq!(rewound.usage(), before.usage(), "usage stays counted");
+
+    let show = ws.run(&["sessions", "show", &id]).assert_success().stdout;
+    assert!(show.contains("revision 7"), "{show}");
+    assert!(show.contains("4 messages, 4 completions"), "{show}");
+    assert!(show.contains("user>      calc 1+1"), "{show}");
+    assert!(show.contains("[result ok] 2"), "{show}");
+    assert!(
+        !show.contains("2*3"),
+        "the dropped turn is not shown: {show}"
+    );
+
+    // The session goes on from the rewound transcript; without an option the rewind
+    // drops the last turn again.
+    let resumed = ws
+        .run(&["run", "--resume", &id, "what did I ask before?"])
+        .assert_success();
+    assert!(resumed.stdout.contains("1. calc 1+1"), "{resumed:#?}");
+    assert!(!resumed.stdout.contains("2*3"), "{resumed:#?}");
+    let again = ws.run(&["sessions", "rewind", &id]).assert_success();
+    assert!(
+        again.stdout.contains(
+            "(turns:1), now revision 9: dropped 2 messages (1 turn: \"what did I ask before?\"), 4 messages remain"
+        ),
+        "{again:#?}"
+    );
+    assert_eq!(ws.load(&id).transcript(), &before.transcript()[..4]);
+}
+
+#[test]
+fn rewind_to_a_message_keeps_that_many_and_the_end_changes_nothing() {
+    let (ws, id) = workspace_with_two_turns();
+    let before = ws.load(&id);
+
+    // Keeping the whole transcript writes nothing.
+    let files = ws.stored_files();
+    let same = ws
+        .run(&["sessions", "rewind", &id, "--to-message", "8"])
+        .assert_success();
+    assert!(
+        same.stdout.contains(
+            "already ends at message 8 (message:8): nothing to rewind; revision 6 is unchanged"
+        ),
+        "{same:#?}"
+    );
+    assert_eq!(ws.stored_files(), files);
+
+    let out = ws
+        .run(&["sessions", "rewind", &id, "--to-message", "3"])
+        .assert_success();
+    assert!(
+        out.stdout.contains(&format!(
+            "rewound session {id} (message:3), now revision 7: dropped 5 messages (1 turn: \"calc 2*3\"), 3 messages remain"
+        )),
+        "{out:#?}"
+    );
+    assert_eq!(ws.load(&id).transcript(), &before.transcript()[..3]);
+
+    let empty = ws
+        .run(&["sessions", "rewind", &id, "--to-message", "0"])
+        .assert_success();
+    assert!(
+        empty
+            .stdout
+            .contains("dropped 3 messages (1 turn: \"calc 1+1\"), 0 messages remain"),
+        "{empty:#?}"
+    );
+    let emptied = ws.load(&id);
+    assert!(emptied.transcript().is_empty());
+    assert_eq!(emptied.usage(), before.usage());
+
+    // One of the two options; a rewind of no turns is refused before anything is read.
+    let files = ws.stored_files();
+    ws.run(&[
+        "sessions",
+        "rewind",
+        &id,
+        "--turns",
+        "1",
+        "--to-message",
+        "2",
+    ])
+    .assert_failure(2, &["cannot be used with"]);
+    ws.run(&["sessions", "rewind", &id, "--turns", "0"])
+        .assert_failure(2, &["0 turns would drop nothing"]);
+    ws.run(&["sessions", "rewind", &id, "--to-message", "many"])
+        .assert_failure(2, &["invalid value 'many' for '--to-message <I>'"]);
+    assert_eq!(ws.stored_files(), files);
+}
+
+#[test]
+fn rewind_refuses_a_point_inside_a_tool_call_naming_the_valid_ones_and_writes_nothing() {
+    let ws = Workspace::new();
+    // prompt, call, result, answer, prompt, answer
+    let call = ToolCall::new("call_1", "calculator", json!({"expression": "6*7"}));
+    let snapshot = SessionSnapshot::builder(SessionId::parse("tooly").expect("id"), "scripted")
+        .transcript(vec![
+            Message::user("what is 6*7?"),
+            Message::assistant(vec![ContentBlock::tool_call(call)]),
+            Message::tool_result(ToolResult::new("call_1", "42")),
+            Message::assistant(vec![ContentBlock::text("6*7 = 42")]),
+            Message::user("thanks"),
+            Message::assistant(vec![ContentBlock::text("you are welcome")]),
+        ])
+        .build()
+        .expect("a valid snapshot");
+    ws.store()
+        .save(&snapshot)
+        .expect("save through the library");
+    let before = ws.stored_files();
+
+    let out = ws.run(&["sessions", "rewind", "tooly", "--to-message", "2"]);
+    out.assert_failure(
+        1,
+        &[
+            "error: invalid argument: cannot rewind session tooly to message 2",
+            "tool call \"call_1\" is made in message 1 and answered in message 2",
+            "rewind to message 1 or 3 instead",
+            "\nnothing was rewound",
+        ],
+    );
+    assert!(out.stdout.is_empty(), "{out:#?}");
+    ws.run(&["sessions", "rewind", "tooly", "--to-message", "7"])
+        .assert_failure(1, &["it has only 6 messages", "nothing was rewound"]);
+    ws.run(&["sessions", "rewind", "tooly", "--turns", "3"])
+        .assert_failure(
+            1,
+            &["by 3 turns: it has only 2 turns", "nothing was rewound"],
+        );
+    assert_eq!(ws.stored_files(), before, "a refused rewind writes nothing");
+    assert_eq!(ws.load("tooly").revision(), snapshot.revision().next());
+
+    // The points it names are accepted.
+    ws.run(&["sessions", "rewind", "tooly", "--to-message", "3"])
+        .assert_success();
+    assert_eq!(ws.load("tooly").transcript(), &snapshot.transcript()[..3]);
+}
+
+#[test]
+fn rewind_of_a_missing_session_or_store_is_an_error_and_creates_nothing() {
+    let ws = Workspace::new();
+    ws.run(&["sessions", "rewind", "nobody"]).assert_failure(
+        1,
+        &[
+            "error: session nobody not found",
+            "hint: `agent-session sessions list` shows the saved sessions",
+        ],
+    );
+    assert!(!ws.store_dir().exists(), "no store folder was created");
+
+    let (ws, _, before) = workspace_with_a_session();
+    ws.run(&["sessions", "rewind", "nobody", "--turns", "2"])
+        .assert_failure(1, &["session nobody not found"]);
+    assert_eq!(ws.stored_files(), before);
+}
+
 #[test]
 fn archive_hides_a_session_from_list_and_continue_until_unarchived() {
     let ws = Workspace::new();
@@ -2082,6 +2268,7 @@ fn help_documents_the_lifecycle_commands() {
     let help = ws.run(&["--help"]).assert_success().stdout;
     for needle in [
         "sessions fork",
+        "sessions rewind",
         "sessions archive",
         "--all",
         "sessions prune --max-age 30d --dry-run",
@@ -2091,7 +2278,15 @@ fn help_documents_the_lifecycle_commands() {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
     let sessions_help = ws.run(&["sessions", "--help"]).assert_success().stdout;
-    for needle in ["fork", "archive", "unarchive", "prune", "export", "import"] {
+    for needle in [
+        "fork",
+        "rewind",
+        "archive",
+        "unarchive",
+        "prune",
+        "export",
+        "import",
+    ] {
         assert!(sessions_help.contains(needle), "{sessions_help}");
     }
     let prune_help = ws
@@ -2121,6 +2316,19 @@ fn help_documents_the_lifecycle_commands() {
         "[default: end]",
     ] {
         assert!(fork_help.contains(needle), "{needle:?}:\n{fork_help}");
+    }
+    let rewind_help = ws
+        .run(&["sessions", "rewind", "--help"])
+        .assert_success()
+        .stdout;
+    for needle in [
+        "--turns <N>",
+        "--to-message <I>",
+        "[default: 1]",
+        "usage of the dropped turns stays counted",
+        "cannot be undone",
+    ] {
+        assert!(rewind_help.contains(needle), "{needle:?}:\n{rewind_help}");
     }
 }
 
