@@ -60,7 +60,9 @@ are allowed, and so is one before the start or past the end: nothing is changed 
 The dropped messages are not kept: a rewind cannot be undone. Fork the session first to
 keep a copy:
   agent-session sessions fork 0190c3e2-... --as before-rewind
-  agent-session sessions rewind 0190c3e2-... --turns 2";
+  agent-session sessions rewind 0190c3e2-... --turns 2
+
+In `chat`, /undo [N] does the same to the session being chatted in.";
 
 /// `--turns`: a whole number of turns, at least 1 (0 would drop nothing).
 pub fn parse_turns(text: &str) -> Result<usize, String> {

@@ -35,7 +35,8 @@
 //! as `fork of PARENT@N`. `sessions rewind ID` takes a session back in place: `--turns N`
 //! drops its last N turns (1 without an option), `--to-message I` keeps its first I
 //! messages; a point between a tool call and its result is refused, naming the valid
-//! ones, and the dropped messages' usage stays counted. `sessions archive ID` hides a session from `sessions list` and
+//! ones, and the dropped messages' usage stays counted. In `chat`, `/undo [N]` does the
+//! same to the live session. `sessions archive ID` hides a session from `sessions list` and
 //! `--continue` (it still resumes by id; `--archived` and `--all` list it). `sessions prune`
 //! deletes sessions past `--max-age`, beyond `--max-count` or over `--max-bytes` (with
 //! `--dry-run` it only says which). `sessions export ID... -o FILE` writes a private (0600)
@@ -91,6 +92,7 @@ mod scripted;
 mod store;
 mod tools;
 
+use std::fmt::Write as _;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -98,7 +100,7 @@ use std::sync::Arc;
 
 use agent_session::{
     Autosave, BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, ForkAt, Harness,
-    ListCursor, ListScope, Message, PrunePolicy, Role, Session, SessionId, SessionList,
+    ListCursor, ListScope, Message, PrunePolicy, RewindTo, Role, Session, SessionId, SessionList,
     SessionOptions, SessionPage, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -216,7 +218,7 @@ enum EngineChoice {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Chat interactively: one prompt per line; /sessions lists sessions, /exit (or EOF) leaves
+    /// Chat interactively: one prompt per line; /undo [N] drops the last turns, /sessions lists sessions, /exit (or EOF) leaves
     Chat {
         #[command(flatten)]
         resume: ResumeArgs,
@@ -290,7 +292,7 @@ enum SessionsCommand {
         #[arg(long = "as", value_name = "NEW_ID")]
         new_id: Option<String>,
     },
-    /// Take a session back to an earlier point: drop its last turns
+    /// Take a session back to an earlier point: drop its last turns (the /undo of `chat`)
     #[command(after_help = lifecycle::REWIND_HELP)]
     Rewind {
         /// The session to rewind
@@ -835,7 +837,9 @@ impl App {
         let mut session = self.start(resume)?;
         let interactive = io::stdin().is_terminal();
         if interactive {
-            eprintln!("type a prompt, /sessions to list sessions, /exit to leave");
+            eprintln!(
+                "type a prompt; /undo drops the last turn, /sessions lists sessions, /help, /exit to leave"
+            );
         }
         let mut lines = stdin_lines();
         loop {
@@ -871,7 +875,10 @@ impl App {
                     warn_unreadable(&list);
                 }
                 "/help" => {
-                    println!("/sessions lists saved sessions; /exit leaves (so does end of input)");
+                    println!("/undo [N] drops the last N turns (default 1), saved at once; /sessions lists saved sessions; /exit leaves (so does end of input)");
+                }
+                command if command.split_whitespace().next() == Some("/undo") => {
+                    self.undo(&mut session, command)?;
                 }
                 command if command.starts_with('/') => {
                     eprintln!(
@@ -892,6 +899,85 @@ impl App {
         }
         report_saved(&session, "");
         Ok(())
+    }
+
+    /// `/undo [N]`: drops the last N turns of the live session and saves it. A bad
+    /// argument, a session with no turns or more turns than it has is said and the chat
+    /// goes on; a failed save ends it, as a failed save of a turn does.
+    fn undo(&self, session: &mut Session<AnyEngine>, command: &str) -> Result<(), Failure> {
+        let mut words = command.split_whitespace().skip(1);
+        let turns = match (words.next(), words.next()) {
+            (None, _) => Some(1),
+            (Some(n), None) => n.parse::<usize>().ok().filter(|n| *n > 0),
+            (Some(_), Some(_)) => None,
+        };
+        let Some(turns) = turns else {
+            eprintln!(
+                "usage: /undo [N]: drops the last N turns (a whole number, at least 1; default 1)"
+            );
+            return Ok(());
+        };
+        let prompts: Vec<usize> = session
+            .transcript()
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| lifecycle::is_prompt(m))
+            .map(|(at, _)| at)
+            .collect();
+        if prompts.is_empty() {
+            println!("nothing to undo: session {} has no turns", session.id());
+            return Ok(());
+        }
+        // What the rewind will drop, for the summary: from the prompt of the N-th last
+        // turn (if there are that many; the library refuses otherwise).
+        let before = session.transcript().len();
+        let tail: Vec<Message> = prompts
+            .len()
+            .checked_sub(turns)
+            .and_then(|at| prompts.get(at))
+            .and_then(|&from| session.transcript().get(from..))
+            .map(<[Message]>::to_vec)
+            .unwrap_or_default();
+        match self
+            .harness
+            .rewind_session(session, RewindTo::LastTurns(turns))
+        {
+            Ok(revision) => {
+                let kept = session.transcript().len();
+                let dropped = tail
+                    .get(tail.len().saturating_sub(before.saturating_sub(kept))..)
+                    .unwrap_or_default();
+                println!(
+                    "undone: {}; saved as revision {revision}",
+                    lifecycle::rewind_summary(dropped, kept)
+                );
+                Ok(())
+            }
+            // Refused (more turns than the session has, a point inside a tool call): the
+            // session is as it was.
+            Err(e) if session.transcript().len() == before => {
+                let mut message = chain(&e);
+                if turns > prompts.len() {
+                    let _ = write!(message, "\nhint: /undo {} drops them all", prompts.len());
+                }
+                eprintln!("error: {message}\nnothing was undone");
+                Ok(())
+            }
+            Err(e) => {
+                let id = session.id();
+                let mut message = format!(
+                    "could not save session {id} after /undo: {}; the store may still hold it as it was before the undo",
+                    chain(&e)
+                );
+                if e.is_conflict() {
+                    let _ = write!(
+                        message,
+                        "\nhint: another process saved this session meanwhile; `chat --resume {id}` goes on from what it saved"
+                    );
+                }
+                Err(message.into())
+            }
+        }
     }
 
     /// One turn: send, then save whatever happened. Ctrl-C drops the send, which closes

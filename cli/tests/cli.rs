@@ -1417,7 +1417,7 @@ fn fork_refuses_a_cut_between_a_tool_call_and_its_result_and_other_bad_points() 
 }
 
 // ---------------------------------------------------------------------------------------
-// sessions rewind
+// sessions rewind and /undo
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -1597,6 +1597,95 @@ fn rewind_of_a_missing_session_or_store_is_an_error_and_creates_nothing() {
     ws.run(&["sessions", "rewind", "nobody", "--turns", "2"])
         .assert_failure(1, &["session nobody not found"]);
     assert_eq!(ws.stored_files(), before);
+}
+
+#[test]
+fn undo_in_chat_drops_the_last_turn_and_the_chat_goes_on_from_there() {
+    let ws = Workspace::new();
+    let out = ws
+        .run_with_input(
+            &["chat"],
+            "calc 1+1\ncalc 2*3\n/undo\nwhat did I ask before?\n/undo x\n/undo 0\n/undo 9\ncalc 3+3\n/undo 2\n/help\n",
+        )
+        .assert_success();
+    let id = out.session_id();
+    let undone = line_index(
+        &out.stdout,
+        "undone: dropped 4 messages (1 turn: \"calc 2*3\"), 4 messages remain; saved as revision ",
+    );
+    let recalled = line_index(&out.stdout, "Before this, you asked:");
+    assert!(undone < recalled, "{out:#?}");
+    assert!(out.stdout.contains("1. calc 1+1"), "{out:#?}");
+    assert!(
+        !out.stdout.contains("2. calc 2*3"),
+        "the model never sees the undone turn: {out:#?}"
+    );
+    // Bad arguments and too many turns are said on stderr, and the chat goes on.
+    assert_eq!(
+        out.stderr.matches("usage: /undo [N]").count(),
+        2,
+        "{out:#?}"
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "error: invalid argument: cannot rewind session {id} by 9 turns: it has only 2 turns\nhint: /undo 2 drops them all\nnothing was undone"
+        )),
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains("3+3 = 6"), "{out:#?}");
+    assert!(
+        out.stdout.contains("undone: dropped 6 messages (2 turns: \"what did I ask before?\", \"calc 3+3\"), 4 messages remain"),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout.contains("/undo [N] drops the last N turns"),
+        "{out:#?}"
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("saved session {id} (4 messages)")),
+        "{out:#?}"
+    );
+
+    let stored = ws.load(&id);
+    assert_eq!(user_prompts(&stored), ["calc 1+1"]);
+    assert_eq!(stored.tool_calls().len(), 1);
+    // 2 + 2 + 1 + 2: the undone turns' completions too.
+    assert_eq!(stored.usage().len(), 7, "every completion stays counted");
+}
+
+#[test]
+fn undo_with_nothing_to_undo_says_so_and_the_chat_goes_on() {
+    let ws = Workspace::new();
+    let out = ws
+        .run_with_input(&["chat"], "/undo\n/undo 3\nhello there\n")
+        .assert_success();
+    let id = out.session_id();
+    assert_eq!(
+        out.stdout
+            .matches(&format!("nothing to undo: session {id} has no turns"))
+            .count(),
+        2,
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains("hello there"), "{out:#?}");
+    assert_eq!(ws.load(&id).transcript().len(), 2);
+
+    // A resumed session undone to nothing has nothing left to undo.
+    let again = ws
+        .run_with_input(&["chat", "--resume", &id], "/undo\n/undo\n")
+        .assert_success();
+    assert!(
+        again
+            .stdout
+            .contains("undone: dropped 2 messages (1 turn: \"hello there\"), 0 messages remain"),
+        "{again:#?}"
+    );
+    assert!(
+        again.stdout.contains("nothing to undo: session"),
+        "{again:#?}"
+    );
+    assert!(ws.load(&id).transcript().is_empty());
 }
 
 #[test]
@@ -2327,6 +2416,7 @@ fn help_documents_the_lifecycle_commands() {
         "[default: 1]",
         "usage of the dropped turns stays counted",
         "cannot be undone",
+        "/undo",
     ] {
         assert!(rewind_help.contains(needle), "{needle:?}:\n{rewind_help}");
     }
