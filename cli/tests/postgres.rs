@@ -551,6 +551,72 @@ mod postgres_cli {
     }
 
     #[test]
+    fn rewind_and_undo_take_a_postgres_session_back_and_a_refused_point_writes_nothing() {
+        let schemas = Schemas::new();
+        let ws = Workspace::new();
+        let original = snapshot("undone", "to undo", 5);
+        let (schema, store) = schema_with(&schemas, std::slice::from_ref(&original));
+
+        // prompt, call, result, answer, "thanks", answer: splitting the call is refused.
+        ws.run(
+            &schema,
+            &["sessions", "rewind", "undone", "--to-message", "2"],
+        )
+        .assert_failure(
+            1,
+            &[
+                "cannot rewind session undone to message 2",
+                "rewind to message 1 or 3 instead",
+                "nothing was rewound",
+            ],
+        );
+        let unchanged = store.load(&id("undone")).expect("load");
+        assert_eq!(unchanged.revision(), original.revision().next());
+        assert_eq!(unchanged.updated_at(), original.updated_at());
+        ws.run(&schema, &["sessions", "rewind", "nobody"])
+            .assert_failure(1, &["session nobody not found", "sessions list"]);
+
+        let out = ws
+            .run(&schema, &["sessions", "rewind", "undone"])
+            .assert_success();
+        assert_eq!(
+            out.stdout,
+            "rewound session undone (turns:1), now revision 2: dropped 2 messages (1 turn: \"thanks\"), 4 messages remain\n",
+            "{out:#?}"
+        );
+        let rewound = store.load(&id("undone")).expect("load");
+        assert_eq!(rewound.transcript(), &original.transcript()[..4]);
+        assert_eq!(rewound.tool_calls(), original.tool_calls());
+        let shown = ws
+            .run(&schema, &["sessions", "show", "undone"])
+            .assert_success();
+        assert!(shown.stdout.contains("4 messages"), "{shown:#?}");
+        assert!(!shown.stdout.contains("thanks"), "{shown:#?}");
+
+        // /undo in a chat on the same store, then the chat goes on.
+        let chat = ws
+            .run_with_input(
+                &schema,
+                &["chat", "--resume", "undone"],
+                b"/undo\nwhat did I ask before?\n",
+            )
+            .assert_success();
+        assert!(
+            chat.stdout.contains(
+                "undone: dropped 4 messages (1 turn: \"to undo: what is 6*7?\"), 0 messages remain; saved as revision 3"
+            ),
+            "{chat:#?}"
+        );
+        assert!(
+            chat.stdout.contains("You have not asked anything before"),
+            "{chat:#?}"
+        );
+        let chatted = store.load(&id("undone")).expect("load");
+        assert_eq!(chatted.transcript().len(), 2);
+        assert_eq!(chatted.revision().as_u64(), 4);
+    }
+
+    #[test]
     fn prune_deletes_from_the_postgres_store_what_the_limits_say() {
         let schemas = Schemas::new();
         let ws = Workspace::new();
