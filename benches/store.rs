@@ -7,7 +7,7 @@
 //! cargo bench --bench store                   # the whole matrix (about 3 minutes on 2 cores)
 //! python3 benches/support/ratios.py           # that run's medians and ratios, as Markdown
 //!
-//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn, list or durability
+//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn, rewind, list or durability
 //! AGENT_SESSION_BENCH_TRANSCRIPT=t.json cargo bench --bench store  # a make_transcript.py file
 //! AGENT_SESSION_BENCH_TURN=turn.json cargo bench --bench store     # ... --append-turn output
 //! AGENT_SESSION_BENCH_LIST=1000x10,100x10000 cargo bench --bench store -- list
@@ -54,6 +54,11 @@
 //!   Default: 1000x10, 1000x1000 and 100x10000 (1,000 sessions of 10,000 messages would be
 //!   about 11 GB of snapshots, more than these machines' disk and time budget).
 //!
+//! - `rewind/file_store/N`: the undo of the last turn, as a harness does it: the session
+//!   of N messages plus a turn, as stored (untimed: the turn appended and saved, through
+//!   the same `TurnFeeder`), rewound in place (`SessionSnapshot::rewind`, one turn) and
+//!   saved, which appends one small journal record. `rewind/baseline_append_fdatasync`: a
+//!   record-sized append (`REWIND_RECORD_BYTES`) to an open file + `fdatasync`.
 //! - `durability/{save,append_turn}/{sync,buffered}/1000`: a full save and one more turn
 //!   onto 1,000 messages with `Durability::Sync` (the default) and `Durability::Buffered`.
 //!
@@ -101,7 +106,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Durability, FileSessionStore, Message, Revision, Role, SessionId, SessionSnapshot,
+    Durability, FileSessionStore, Message, Revision, RewindTo, Role, SessionId, SessionSnapshot,
     SessionStore, Usage,
 };
 use criterion::measurement::WallTime;
@@ -331,6 +336,53 @@ fn append_turn(c: &mut Criterion) {
     group.finish();
 }
 
+/// About the size of the journal record a rewind of one turn appends (a frame header, the
+/// revision, the time and the kept counts).
+const REWIND_RECORD_BYTES: usize = 180;
+
+fn rewind(c: &mut Criterion) {
+    let turn = to_messages(&wire_turn());
+    let mut group = c.benchmark_group("rewind");
+    pace(&mut group, false);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut journal = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("journal"))
+        .expect("open journal");
+    let record = vec![b'r'; REWIND_RECORD_BYTES];
+    group.bench_function("baseline_append_fdatasync", |b| {
+        b.iter(|| {
+            journal.write_all(&record).expect("append");
+            journal.sync_data().expect("fdatasync");
+        });
+    });
+    for n in sizes() {
+        pace(&mut group, n >= HEAVY_MESSAGES);
+        let store = FileSessionStore::open(dir.path().join(format!("store{n}"))).expect("open");
+        let feeder = TurnFeeder::new(
+            &store,
+            snapshot("bench", to_messages(&wire_transcript(n))),
+            turn.clone(),
+        );
+        group.bench_function(BenchmarkId::new("file_store", n), |b| {
+            b.iter_batched_ref(
+                || {
+                    let mut next = feeder.next();
+                    feeder.save(&mut next);
+                    feeder.take_current()
+                },
+                |stored| {
+                    stored.rewind(RewindTo::LastTurns(1)).expect("rewind");
+                    feeder.save(stored);
+                },
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
 /// Turns to append before the session is put back to its N messages.
 const REBASE_TURNS: usize = 16;
 
@@ -388,6 +440,15 @@ impl<'a> TurnFeeder<'a> {
         let revision = self.store.save(next).expect("save one more turn");
         self.stored.set(revision);
         *self.current.borrow_mut() = Some(next.clone().with_revision(revision));
+    }
+
+    /// Untimed: the snapshot just saved, as stored (for a benchmark that changes it and
+    /// saves it again through [`save`](Self::save)).
+    fn take_current(&self) -> SessionSnapshot {
+        self.current
+            .borrow_mut()
+            .take()
+            .expect("a snapshot was saved")
     }
 }
 
@@ -509,7 +570,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = save, load, append_turn, list, durability
+    targets = save, load, append_turn, rewind, list, durability
 }
 
 // PostgresSessionStore beside FileSessionStore (support/postgres.rs).

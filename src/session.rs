@@ -15,8 +15,8 @@ use crate::json;
 use crate::snapshot::check_metadata_depth;
 use crate::snapshot::Lineage;
 use crate::snapshot::{
-    keep_records_before, rewind_cut, BlockPosition, Counts, PersistedOptions, Provenance, RewindTo,
-    SessionSnapshot, SnapshotParts, ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
+    rewind_parts, BlockPosition, Counts, PersistedOptions, Provenance, RewindTo, SessionSnapshot,
+    SnapshotParts, ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
 };
 use crate::transcript::{
     blocks_depth, dismantle_message, dismantle_output, message_depth, ContentBlock, Message, Role,
@@ -805,19 +805,16 @@ impl<E> Session<E> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn rewind(&mut self, to: RewindTo) -> Result<usize> {
-        let cut = rewind_cut(&self.id, &self.transcript, &self.records, to)?;
-        let dropped = self.transcript.len() - cut;
-        if dropped == 0 {
-            return Ok(0);
+        let dropped = rewind_parts(
+            &self.id,
+            &mut self.transcript,
+            &mut self.records,
+            &mut self.provenance,
+            to,
+        )?;
+        if dropped > 0 {
+            self.touch();
         }
-        let transcript = Arc::make_mut(&mut self.transcript);
-        transcript.drain(cut..).for_each(dismantle_message);
-        let unchanged = keep_records_before(Arc::make_mut(&mut self.records), cut);
-        if let Some(provenance) = &mut self.provenance {
-            provenance.kept.messages = provenance.kept.messages.min(cut);
-            provenance.kept.tool_calls = provenance.kept.tool_calls.min(unchanged);
-        }
-        self.touch();
         Ok(dropped)
     }
 

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_session::{
-    Bundle, ContentBlock, Error, ForkAt, ImportIds, Message, PrunePolicy, RewindTo, Role,
-    SessionId, SessionStore, SessionStoreExt,
+    Bundle, Error, ForkAt, ImportIds, Message, PrunePolicy, RewindTo, SessionId, SessionStore,
+    SessionStoreExt,
 };
 
 use crate::display::{escape_controls, Keep};
@@ -161,16 +161,6 @@ pub fn fork(
     Ok(())
 }
 
-/// Whether `message` starts a turn: a user message with something besides tool results
-/// (the library's rule for `RewindTo::LastTurns` and `ForkAt::Turns`).
-pub fn is_prompt(message: &Message) -> bool {
-    message.role == Role::User
-        && message
-            .content
-            .iter()
-            .any(|block| !matches!(block, ContentBlock::ToolResult(_)))
-}
-
 /// How many prompts of a rewind's dropped turns are quoted, and how much of each.
 const PROMPTS_SHOWN: usize = 3;
 const PROMPT_WIDTH: usize = 40;
@@ -180,7 +170,7 @@ const PROMPT_WIDTH: usize = 40;
 pub fn rewind_summary(dropped: &[Message], kept: usize) -> String {
     let prompts: Vec<String> = dropped
         .iter()
-        .filter(|m| is_prompt(m))
+        .filter(|m| m.is_prompt())
         .map(|m| {
             let text = m.text();
             let mut shown: String = text.chars().take(PROMPT_WIDTH).collect();
@@ -542,7 +532,7 @@ fn with_hint(error: Error, hint: &str) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_session::ToolResult;
+    use agent_session::{ContentBlock, ToolResult};
 
     #[test]
     fn rewind_summary_counts_and_quotes_the_dropped_turns() {

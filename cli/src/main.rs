@@ -921,7 +921,7 @@ impl App {
             .transcript()
             .iter()
             .enumerate()
-            .filter(|(_, m)| lifecycle::is_prompt(m))
+            .filter(|(_, m)| m.is_prompt())
             .map(|(at, _)| at)
             .collect();
         if prompts.is_empty() {

@@ -69,7 +69,7 @@ pub trait SessionStoreExt: SessionStore {
     /// Takes stored session `id` back to `to` and saves it: the `/undo` of an agent, for a
     /// session no live [`Session`](crate::Session) holds (for one that does, use
     /// [`Session::rewind`](crate::Session::rewind)). Returns the session as stored. See
-    /// [`SessionSnapshot::rewound`] for what it keeps; the save appends one small record
+    /// [`SessionSnapshot::rewind`] for what it keeps; the save appends one small record
     /// to stores that append.
     ///
     /// # Errors
@@ -97,7 +97,8 @@ pub trait SessionStoreExt: SessionStore {
     /// # Ok::<(), agent_session::Error>(())
     /// ```
     fn rewind(&self, id: &SessionId, to: RewindTo) -> Result<SessionSnapshot> {
-        let rewound = self.load(id)?.rewound(to)?;
+        let mut rewound = self.load(id)?;
+        rewound.rewind(to)?;
         let revision = self.save(&rewound)?;
         Ok(rewound.with_revision(revision))
     }

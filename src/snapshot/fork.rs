@@ -10,7 +10,7 @@ use super::{SessionSnapshot, ToolCallRecord};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::transcript::{ContentBlock, Message, Role};
+use crate::transcript::Message;
 use crate::usage::UsageTotals;
 
 /// Where a forked session came from: its parent, the parent's revision it was forked
@@ -142,15 +142,6 @@ impl std::str::FromStr for ForkAt {
     }
 }
 
-/// Whether `message` starts a turn: a user message with something besides tool results.
-pub(super) fn is_prompt(message: &Message) -> bool {
-    message.role == Role::User
-        && message
-            .content
-            .iter()
-            .any(|block| !matches!(block, ContentBlock::ToolResult(_)))
-}
-
 /// The number of leading messages of `transcript` that `at` keeps, checked not to split
 /// a tool call (from `records`) from its result.
 pub(crate) fn cut(
@@ -174,9 +165,9 @@ pub(crate) fn cut(
             let mut prompts = transcript
                 .iter()
                 .enumerate()
-                .filter(|(_, m)| is_prompt(m))
+                .filter(|(_, m)| m.is_prompt())
                 .map(|(i, _)| i);
-            let turns = transcript.iter().filter(|m| is_prompt(m)).count();
+            let turns = transcript.iter().filter(|m| m.is_prompt()).count();
             if n > turns {
                 return Err(Error::InvalidArgument {
                     reason: format!(

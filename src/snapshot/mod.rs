@@ -31,8 +31,8 @@ use crate::usage::{Usage, UsageTotals};
 
 pub(crate) use delta::{Change, Counts, Provenance};
 pub use fork::{ForkAt, Lineage};
+pub(crate) use rewind::rewind_parts;
 pub use rewind::RewindTo;
-pub(crate) use rewind::{keep_records_before, rewind_cut};
 pub(crate) use validate::check_metadata_depth;
 use validate::{check_depths, check_not_in_the_future, pair_tool_calls};
 

@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
-use super::fork::{check_cut, is_prompt};
-use super::{SessionSnapshot, ToolCallRecord};
+use super::fork::check_cut;
+use super::{Provenance, SessionSnapshot, ToolCallRecord};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::transcript::Message;
+use crate::transcript::{dismantle_message, Message};
 
 /// Where to take a session back to: the transcript keeps the messages before that point.
 ///
@@ -74,7 +74,7 @@ impl std::str::FromStr for RewindTo {
 
 /// What a rewind keeps: the number of leading messages, checked to split no tool call
 /// from its result.
-pub(crate) fn rewind_cut(
+fn rewind_cut(
     id: &SessionId,
     transcript: &[Message],
     records: &[ToolCallRecord],
@@ -95,7 +95,7 @@ pub(crate) fn rewind_cut(
             let prompts: Vec<usize> = transcript
                 .iter()
                 .enumerate()
-                .filter(|(_, m)| is_prompt(m))
+                .filter(|(_, m)| m.is_prompt())
                 .map(|(i, _)| i)
                 .collect();
             if n > prompts.len() {
@@ -117,10 +117,37 @@ pub(crate) fn rewind_cut(
     Ok(cut)
 }
 
+/// Rewinds a session's or a snapshot's parts to `to` and returns how many messages it
+/// dropped (the caller stamps the change when there are any): the transcript and records
+/// keep what lies before the cut, and what is known to be stored narrows to the kept
+/// prefix, so the next save appends. Nothing changes on error.
+pub(crate) fn rewind_parts(
+    id: &SessionId,
+    transcript: &mut Arc<Vec<Message>>,
+    records: &mut Arc<Vec<ToolCallRecord>>,
+    provenance: &mut Option<Provenance>,
+    to: RewindTo,
+) -> Result<usize> {
+    let cut = rewind_cut(id, transcript, records, to)?;
+    let dropped = transcript.len() - cut;
+    if dropped == 0 {
+        return Ok(0);
+    }
+    Arc::make_mut(transcript)
+        .drain(cut..)
+        .for_each(dismantle_message);
+    let unchanged = keep_records_before(Arc::make_mut(records), cut);
+    if let Some(provenance) = provenance {
+        provenance.kept.messages = provenance.kept.messages.min(cut);
+        provenance.kept.tool_calls = provenance.kept.tool_calls.min(unchanged);
+    }
+    Ok(dropped)
+}
+
 /// Keeps the records of calls before message `cut` (with `cut` checked by
 /// [`rewind_cut`], their results are before it too), and returns how many leading records
 /// are unchanged.
-pub(crate) fn keep_records_before(records: &mut Vec<ToolCallRecord>, cut: usize) -> usize {
+fn keep_records_before(records: &mut Vec<ToolCallRecord>, cut: usize) -> usize {
     let unchanged = records
         .iter()
         .position(|r| r.call_at.message >= cut)
@@ -130,17 +157,18 @@ pub(crate) fn keep_records_before(records: &mut Vec<ToolCallRecord>, cut: usize)
 }
 
 impl SessionSnapshot {
-    /// This snapshot taken back to `to`: the transcript keeps the messages before that
-    /// point, with their tool-call records; usage, options and metadata stay as they are
-    /// (the completions that produced the dropped messages were paid for). The update time
-    /// is now.
+    /// Takes this snapshot back to `to`, in place, and returns how many messages it
+    /// dropped: the transcript keeps the messages before that point, with their tool-call
+    /// records; usage, options and metadata stay as they are (the completions that
+    /// produced the dropped messages were paid for). The update time is now.
     ///
-    /// A snapshot loaded from a store stays one that derives from it, so saving the result
-    /// is an append of one small record to stores that append
+    /// A snapshot loaded from a store stays one that derives from it, so saving it is an
+    /// append of one small record to stores that append
     /// ([`FileSessionStore`](crate::FileSessionStore)). Rewinding to the end changes
-    /// nothing. To rewind a stored session in one call, use
-    /// [`SessionStoreExt::rewind`](crate::SessionStoreExt::rewind); a live session,
-    /// [`Session::rewind`](crate::Session::rewind).
+    /// nothing. The cost is that of dropping the rewound messages (plus a copy of the
+    /// transcript if a clone of this snapshot shares it). To rewind a stored session in
+    /// one call, use [`SessionStoreExt::rewind`](crate::SessionStoreExt::rewind); a live
+    /// session, [`Session::rewind`](crate::Session::rewind).
     ///
     /// The store keeps the head of the session only: the rewound messages are not kept in
     /// its history yet (the history log of the next schema version will keep them).
@@ -149,14 +177,14 @@ impl SessionSnapshot {
     ///
     /// [`Error::InvalidArgument`] if `to` lies before the start (more turns than the
     /// session has) or beyond the transcript, or would separate a tool call from its
-    /// result (the message names the nearest valid points). `self` is not changed.
+    /// result (the message names the nearest valid points); the snapshot is not changed.
     ///
     /// # Examples
     ///
     /// ```
     /// use agent_session::{ContentBlock, Message, RewindTo, SessionId, SessionSnapshot};
     ///
-    /// let snapshot = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+    /// let mut snapshot = SessionSnapshot::builder(SessionId::parse("s")?, "m")
     ///     .transcript(vec![
     ///         Message::user("one"),
     ///         Message::assistant(vec![ContentBlock::text("1")]),
@@ -164,29 +192,23 @@ impl SessionSnapshot {
     ///         Message::assistant(vec![ContentBlock::text("2")]),
     ///     ])
     ///     .build()?;
-    /// let undone = snapshot.rewound(RewindTo::LastTurns(1))?;
-    /// assert_eq!(undone.transcript(), &snapshot.transcript()[..2]);
-    /// assert!(snapshot.rewound(RewindTo::LastTurns(3)).is_err());
+    /// assert!(snapshot.rewind(RewindTo::LastTurns(3)).is_err());
+    /// assert_eq!(snapshot.rewind(RewindTo::LastTurns(1))?, 2);
+    /// assert_eq!(snapshot.transcript().len(), 2);
     /// # Ok::<(), agent_session::Error>(())
     /// ```
-    pub fn rewound(&self, to: RewindTo) -> Result<SessionSnapshot> {
-        let cut = rewind_cut(&self.id, &self.transcript, &self.tool_calls, to)?;
-        let mut rewound = self.clone();
-        if cut == self.transcript.len() {
-            return Ok(rewound);
+    pub fn rewind(&mut self, to: RewindTo) -> Result<usize> {
+        let dropped = rewind_parts(
+            &self.id,
+            &mut self.transcript,
+            &mut self.tool_calls,
+            &mut self.provenance,
+            to,
+        )?;
+        if dropped > 0 {
+            self.updated_at = clock::next_stamp(self.updated_at, self.created_at);
         }
-        // The prefix is copied once here (this snapshot keeps its own); a session rewinds
-        // in place instead.
-        rewound.transcript = Arc::new(self.transcript[..cut].to_vec());
-        let mut records = self.tool_calls.as_ref().clone();
-        let unchanged = keep_records_before(&mut records, cut);
-        rewound.tool_calls = Arc::new(records);
-        if let Some(provenance) = &mut rewound.provenance {
-            provenance.kept.messages = provenance.kept.messages.min(cut);
-            provenance.kept.tool_calls = provenance.kept.tool_calls.min(unchanged);
-        }
-        rewound.updated_at = clock::next_stamp(self.updated_at, self.created_at);
-        Ok(rewound)
+        Ok(dropped)
     }
 }
 
@@ -250,14 +272,20 @@ mod tests {
     #[test]
     fn rewound_keeps_usage_and_drops_later_records() {
         let s = session();
-        let mut back = s.rewound(RewindTo::Message(1)).expect("rewind");
+        let mut back = s.clone();
+        assert_eq!(back.rewind(RewindTo::Message(1)).expect("rewind"), 5);
         assert_eq!(back.transcript().len(), 1);
         assert!(back.tool_calls().is_empty());
         assert_eq!(back.usage(), s.usage());
         assert!(back.updated_at() > s.updated_at());
         back.validate().expect("consistent");
-        let kept = s.rewound(RewindTo::Message(3)).expect("after the result");
+        let mut kept = s.clone();
+        kept.rewind(RewindTo::Message(3)).expect("after the result");
         assert_eq!(kept.tool_calls(), s.tool_calls());
+        let mut refused = s.clone();
+        refused.rewind(RewindTo::Message(2)).expect_err("splits c1");
+        assert_eq!(refused, s, "a refused rewind changed the snapshot");
+        assert_eq!(refused.updated_at(), s.updated_at());
     }
 
     #[test]

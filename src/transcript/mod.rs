@@ -126,6 +126,32 @@ impl Message {
         Message::new(Role::Tool, vec![ContentBlock::tool_result(result)])
     }
 
+    /// Whether this message starts a turn: a user message with something besides tool
+    /// results (a prompt). Turns are what [`ForkAt::Turns`](crate::ForkAt::Turns) and
+    /// [`RewindTo::LastTurns`](crate::RewindTo::LastTurns) count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ContentBlock, Message, Role, ToolResult};
+    ///
+    /// assert!(Message::user("hello").is_prompt());
+    /// assert!(!Message::assistant(vec![ContentBlock::text("hi")]).is_prompt());
+    /// let results_only = Message::new(
+    ///     Role::User,
+    ///     vec![ContentBlock::tool_result(ToolResult::new("c1", "done"))],
+    /// );
+    /// assert!(!results_only.is_prompt());
+    /// ```
+    #[must_use]
+    pub fn is_prompt(&self) -> bool {
+        self.role == Role::User
+            && self
+                .content
+                .iter()
+                .any(|block| !matches!(block, ContentBlock::ToolResult(_)))
+    }
+
     /// The message's text blocks joined with newlines.
     #[must_use]
     pub fn text(&self) -> String {
