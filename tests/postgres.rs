@@ -1845,4 +1845,169 @@ mod postgres_store {
         seen.sort();
         assert_eq!(seen, ["k1", "k2", "k3"]);
     }
+
+    // -----------------------------------------------------------------------------------
+    // Appends: a turn is one row of `entries`, not a rewrite of the session.
+    // -----------------------------------------------------------------------------------
+
+    fn entry_count(schema: &str, id: &str) -> usize {
+        pg::query_text(&format!(
+            "SELECT count(*)::text FROM \"{schema}\".entries WHERE session_id = '{id}'"
+        ))[0]
+            .parse()
+            .expect("a count")
+    }
+
+    /// `snapshot` with one more exchange of `text_len` bytes of text, one second later.
+    fn extended(snapshot: SessionSnapshot, text_len: usize) -> SessionSnapshot {
+        let later = snapshot.updated_at() + Duration::seconds(1);
+        snapshot
+            .with_appended(
+                vec![
+                    Message::user("x".repeat(text_len)),
+                    Message::assistant(vec![agent_session::ContentBlock::text("ok")]),
+                ],
+                vec![agent_session::Usage::new("pg-model").with_tokens(10, 2)],
+                later,
+            )
+            .expect("extend")
+    }
+
+    /// A turn saved onto a loaded session inserts one row into `entries` and leaves the
+    /// row's snapshot as it was; a fresh store (another pool) loads exactly the session;
+    /// once the entries would pass their bound (64 KiB here) they are folded into a new
+    /// snapshot and removed, in the same transaction as the save.
+    #[test]
+    fn a_turn_onto_a_loaded_session_appends_one_entry_and_entries_fold_past_their_bound() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("grows-by-entries", "first");
+        store.save(&first).expect("save");
+        let base = pg::stored_snapshot(&schema, "grows-by-entries").expect("row");
+
+        let mut current = store.load(first.id()).expect("load");
+        for turn in 1..=3_usize {
+            current = extended(current, 100);
+            let revision = store.save(&current).expect("append");
+            assert_eq!(revision.as_u64(), 1 + turn as u64);
+            current = current.with_revision(revision);
+            assert_eq!(entry_count(&schema, "grows-by-entries"), turn);
+        }
+        assert_eq!(
+            pg::stored_snapshot(&schema, "grows-by-entries"),
+            Some(base),
+            "an append rewrote the row's snapshot"
+        );
+        let fresh = pg::connect(&schema);
+        let loaded = fresh.load(first.id()).expect("load through another pool");
+        assert_eq!(loaded, current);
+        assert_eq!(loaded.transcript().len(), 7);
+
+        // Turns of 10 KB: the seventh passes 64 KiB of entries and folds them.
+        let mut folded = false;
+        for _ in 0..8 {
+            current = extended(current, 10_000);
+            let revision = store.save(&current).expect("save a big turn");
+            current = current.with_revision(revision);
+            if entry_count(&schema, "grows-by-entries") == 0 {
+                folded = true;
+                let row = pg::stored_snapshot(&schema, "grows-by-entries").expect("row");
+                let whole = SessionSnapshot::from_json(&row).expect("the new snapshot");
+                assert_eq!(whole.revision(), revision, "folded at the saved revision");
+                break;
+            }
+        }
+        assert!(folded, "the entries were never folded");
+        assert_eq!(fresh.load(first.id()).expect("load"), current);
+        // And appends go on after the fold.
+        current = extended(current, 10);
+        let revision = store.save(&current).expect("append after the fold");
+        assert_eq!(entry_count(&schema, "grows-by-entries"), 1);
+        assert_eq!(fresh.load(first.id()).expect("load").revision(), revision);
+        let bytes = store
+            .stored_bytes(first.id())
+            .expect("size")
+            .expect("known");
+        let row = pg::stored_snapshot(&schema, "grows-by-entries").expect("row");
+        assert!(
+            bytes > row.len() as u64,
+            "stored_bytes leaves out the entries"
+        );
+        store.delete(first.id()).expect("delete");
+        assert_eq!(
+            entry_count(&schema, "grows-by-entries"),
+            0,
+            "entries outlived the row"
+        );
+    }
+
+    /// Two writers extend the same loaded revision: the second append is a conflict that
+    /// names the winner's revision, and adds no entry.
+    #[test]
+    fn a_stale_append_is_a_conflict_and_adds_no_entry() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("raced", "first");
+        store.save(&first).expect("save");
+        let loaded = store.load(first.id()).expect("load");
+        let a = extended(loaded.clone(), 10);
+        let b = extended(loaded, 20);
+        assert_eq!(store.save(&a).expect("a"), Revision::from_u64(2));
+        let err = store.save(&b).expect_err("b is stale");
+        assert!(
+            matches!(
+                err,
+                Error::Conflict {
+                    found: Some(found),
+                    ..
+                } if found == Revision::from_u64(2)
+            ),
+            "{err:?}"
+        );
+        assert_eq!(entry_count(&schema, "raced"), 1);
+        assert_eq!(
+            store.load(first.id()).expect("load"),
+            a.with_revision(Revision::from_u64(2))
+        );
+    }
+
+    /// Tables of version 1 (release 0.1: no `entries`, no `journal_bytes`): before
+    /// `migrate` a load says to call it; `migrate` brings them to version 2, and their
+    /// sessions load and append.
+    #[test]
+    fn version_1_tables_are_upgraded_by_migrate_and_their_sessions_append() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("from-0-1", "first");
+        store.save(&first).expect("save");
+        // What release 0.1's migrate made.
+        pg::execute(&format!(
+            "DROP TABLE \"{schema}\".entries;
+             ALTER TABLE \"{schema}\".sessions DROP COLUMN journal_bytes;
+             UPDATE \"{schema}\".store_version SET version = 1;"
+        ));
+        let err = store.load(first.id()).expect_err("tables of version 1");
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("older release")
+                && err.to_string().contains("PostgresSessionStore::migrate"),
+            "{err}"
+        );
+
+        store.migrate().expect("upgrade");
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT version::text FROM \"{schema}\".store_version"
+            )),
+            ["2"]
+        );
+        let loaded = store.load(first.id()).expect("load after the upgrade");
+        assert_eq!(loaded.transcript(), first.transcript());
+        store.save(&extended(loaded, 10)).expect("append");
+        assert_eq!(entry_count(&schema, "from-0-1"), 1);
+        store.migrate().expect("migrate again: nothing to do");
+    }
 }

@@ -10,6 +10,7 @@
 mod codec;
 mod delta;
 mod fork;
+mod record;
 mod redaction;
 mod rewind;
 mod upgrade;
@@ -31,6 +32,7 @@ use crate::usage::{Usage, UsageTotals};
 
 pub(crate) use delta::{Change, Counts, Provenance};
 pub use fork::{ForkAt, Lineage};
+pub(crate) use record::{counts_after, decode_record, encode_record_payload};
 pub(crate) use rewind::rewind_parts;
 pub use rewind::RewindTo;
 pub(crate) use validate::check_metadata_depth;

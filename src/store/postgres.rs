@@ -19,15 +19,14 @@ use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
-use crate::snapshot::Lineage;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{decode_record, encode_record_payload, Lineage, SessionSnapshot};
 use crate::usage::Cost;
 
 /// The schema the store uses when none is set.
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
-const TABLES_VERSION: i32 = 1;
+const TABLES_VERSION: i32 = 2;
 
 /// How long opening a connection may take by default
 /// ([`PostgresStoreBuilder::connect_timeout`]).
@@ -42,9 +41,16 @@ const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30
 /// A key for `pg_advisory_xact_lock`, so that processes migrating at once take turns.
 const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 
+/// A session's entries are folded into a new row snapshot once they would grow past the
+/// larger of this and an eighth of the snapshot, as the file store folds its journal: a
+/// session then takes at most about 1.125 times its snapshot's bytes, and a fold rewrites
+/// it once per eighth of growth rather than at every turn.
+const MIN_ENTRY_BYTES: i64 = 64 * 1024;
+
 /// A [`SessionStore`] in PostgreSQL: one row per session in `<schema>.sessions`, holding
-/// the snapshot's exact bytes, the listing's fields, and the revision that makes every
-/// save a compare-and-swap in one statement.
+/// a snapshot's exact bytes, the listing's fields, and the revision that makes every save
+/// a compare-and-swap decided by the server, plus the changes saved since that snapshot,
+/// one row each in `<schema>.entries`.
 ///
 /// Choose it over [`FileSessionStore`](crate::FileSessionStore) when sessions must be
 /// resumed by any of several machines: every worker sees the same sessions, and two
@@ -53,13 +59,19 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 ///
 /// # Behaviour
 ///
-/// - [`save`](SessionStore::save): `INSERT … ON CONFLICT DO NOTHING` for a new session,
-///   `UPDATE … WHERE revision = expected` otherwise: one statement each, so the server
-///   decides the compare-and-swap. The snapshot is encoded before any query and stored as
-///   `bytea`, byte for byte.
-/// - [`load`](SessionStore::load) decodes and validates what it reads as strictly as the
-///   file store does (size limit, schema version, embedded id); damage is a corrupt-kind
-///   error naming the row.
+/// - [`save`](SessionStore::save) of a snapshot loaded from the store and extended since
+///   (a turn, a step, a rewind) *appends*: one statement moves the row's revision where it
+///   is still the loaded one and inserts the change as one entry, so a turn costs the
+///   turn, not the session. Entries are folded into the row's snapshot once they would
+///   pass the larger of 64 KiB and an eighth of it. Any other save writes the whole
+///   snapshot (`INSERT … ON CONFLICT DO NOTHING` for a new session, `UPDATE … WHERE
+///   revision = expected` otherwise, and the entries are dropped in the same
+///   transaction). Either way the server decides the compare-and-swap; what is written
+///   is encoded before any query and stored as `bytea`, byte for byte.
+/// - [`load`](SessionStore::load) reads the row and its entries in one statement, and
+///   decodes and validates what it reads as strictly as the file store does (size limits,
+///   schema version, embedded id, the entries' revisions); damage is a corrupt-kind error
+///   naming the rows.
 /// - Listings read the summary columns only, never snapshots.
 ///   [`list_page`](SessionStore::list_page) reads one page from an index on
 ///   `(archived, updated, id)` (keyset pagination), whatever the store's size; a whole
@@ -395,15 +407,18 @@ async fn prepared(
 /// An error of the database, with what the store was doing and a hint where one helps.
 fn backend(operation: &str, error: impl Into<BoxError>) -> Error {
     let error: BoxError = error.into();
-    let missing_tables = error
+    let code = error
         .downcast_ref::<tokio_postgres::Error>()
-        .and_then(tokio_postgres::Error::code)
-        .is_some_and(|code| {
-            *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME
-        });
+        .and_then(tokio_postgres::Error::code);
+    let missing_tables = code.is_some_and(|code| {
+        *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME
+    });
+    let older_tables = code.is_some_and(|code| *code == SqlState::UNDEFINED_COLUMN);
     let unreachable = error.is::<deadpool_postgres::PoolError>();
     let operation = if missing_tables {
         format!("{operation}: the store's tables do not exist; call PostgresSessionStore::migrate first")
+    } else if older_tables {
+        format!("{operation}: the store's tables were made by an older release; call PostgresSessionStore::migrate to bring them up to date")
     } else if unreachable {
         format!(
             "{operation}: check that the server is reachable and the connection settings are right"
@@ -459,10 +474,20 @@ async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str
              updated_ns bigint NOT NULL,
              archived boolean NOT NULL DEFAULT false,
              summary text NOT NULL,
-             snapshot bytea NOT NULL
+             snapshot bytea NOT NULL,
+             journal_bytes bigint NOT NULL DEFAULT 0
          );
          CREATE INDEX IF NOT EXISTS sessions_listing
-             ON {schema}.sessions (archived, updated_ns DESC, id DESC);"
+             ON {schema}.sessions (archived, updated_ns DESC, id DESC);
+         ALTER TABLE {schema}.sessions
+             ADD COLUMN IF NOT EXISTS journal_bytes bigint NOT NULL DEFAULT 0;
+         CREATE TABLE IF NOT EXISTS {schema}.entries (
+             session_id text COLLATE \"C\" NOT NULL
+                 REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
+             revision bigint NOT NULL,
+             record bytea NOT NULL,
+             PRIMARY KEY (session_id, revision)
+         );"
     ))
     .await
     .map_err(|e| backend("create the store's tables", e))?;
@@ -517,8 +542,11 @@ impl PostgresSessionStore {
     /// to date. Safe to run at every start, from any number of processes at once (they
     /// take turns on an advisory lock).
     ///
-    /// Creates `<schema>.sessions` (one row per session) with its listing index, and
-    /// `<schema>.store_version`, which records the tables' version.
+    /// Creates `<schema>.sessions` (one row per session) with its listing index,
+    /// `<schema>.entries` (the changes saved since a row's snapshot, one per revision),
+    /// and `<schema>.store_version`, which records the tables' version. Tables of version
+    /// 1 (release 0.1) gain `entries` and the `journal_bytes` column; their sessions load
+    /// as before.
     ///
     /// # Errors
     ///
@@ -555,14 +583,14 @@ impl PostgresSessionStore {
                 _ => {}
             }
             create_tables(&mut tx, &schema).await?;
-            if found.is_none() {
-                tx.execute(
-                    &format!("INSERT INTO {schema}.store_version (version) VALUES ($1)"),
-                    &[&TABLES_VERSION],
-                )
+            let record = if found.is_none() {
+                format!("INSERT INTO {schema}.store_version (version) VALUES ($1)")
+            } else {
+                format!("UPDATE {schema}.store_version SET version = $1")
+            };
+            tx.execute(&record, &[&TABLES_VERSION])
                 .await
                 .map_err(|e| backend("record the store's version", e))?;
-            }
             tx.commit()
                 .await
                 .map_err(|e| backend("commit the migration", e))
@@ -800,27 +828,90 @@ impl PostgresSessionStore {
             .map(|(revision, ..)| revision))
     }
 
-    /// Where a row is, by its raw key.
-    fn location_of_key(&self, key: &str) -> Location {
+    /// Where a session's entries are, for error messages.
+    fn entries_location(&self, id: &SessionId) -> Location {
         Location::Stored(format!(
-            "PostgreSQL row {}.sessions id {key:?}",
+            "PostgreSQL rows {}.entries of session {id}",
             self.schema
         ))
     }
-}
 
-impl SessionStore for PostgresSessionStore {
-    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
-        if snapshot.is_unchanged_since_stored() {
-            if let Some(revision) = self.unchanged(snapshot)? {
-                return Ok(revision);
-            }
-        }
+    /// Appends `snapshot`'s change since the stored revision as one entry, if the snapshot
+    /// knows it derives from exactly the stored state (same revision, creation and update
+    /// times) and the entries stay within their bound: one statement, so the server
+    /// decides the compare-and-swap and the entry lands with the revision or not at all.
+    /// `Ok(None)` if the whole snapshot must be written instead (which also reports a
+    /// conflict, if that is why the append found no row).
+    fn try_append(&self, snapshot: &SessionSnapshot, summary: &str) -> Result<Option<Revision>> {
+        let expected = snapshot.revision();
+        let revision = expected.next();
+        let Some(provenance) = snapshot
+            .provenance()
+            .filter(|p| p.revision == expected && expected != Revision::NEW)
+        else {
+            return Ok(None);
+        };
+        let Some(change) = snapshot.change_since_stored(revision) else {
+            return Ok(None);
+        };
+        let id = snapshot.id().clone();
+        let record = encode_record_payload(&id, &change)?;
+        let new = revision_column(&id, revision)?;
+        let old = revision_column(&id, expected)?;
+        let created = nanos(&id, snapshot.created_at())?;
+        let stored_updated = nanos(&id, provenance.updated_at)?;
+        let updated = nanos(&id, snapshot.updated_at())?;
+        let record_len = to_i64(record.len() as u64);
+        let limit = to_i64(self.max_snapshot_bytes);
+        let summary = summary.to_owned();
+        let appended = self.with_client(move |client, schema| async move {
+            client
+                .execute(
+                    &prepared(
+                        &client,
+                        &format!(
+                            "WITH moved AS (
+                                UPDATE {schema}.sessions
+                                   SET revision = $2, updated_ns = $3, summary = $4,
+                                       journal_bytes = journal_bytes + $5::bigint
+                                 WHERE id = $1 AND revision = $6 AND created_ns = $7
+                                   AND updated_ns = $8
+                                   AND journal_bytes + $5::bigint <= LEAST(
+                                       GREATEST($9::bigint, octet_length(snapshot)::bigint / 8),
+                                       $10::bigint)
+                                RETURNING id)
+                             INSERT INTO {schema}.entries (session_id, revision, record)
+                             SELECT id, $2, $11 FROM moved"
+                        ),
+                    )
+                    .await?,
+                    &[
+                        &id.as_str(),
+                        &new,
+                        &updated,
+                        &summary,
+                        &record_len,
+                        &old,
+                        &created,
+                        &stored_updated,
+                        &MIN_ENTRY_BYTES,
+                        &limit,
+                        &record,
+                    ],
+                )
+                .await
+                .map_err(|e| backend("append to a session", e))
+        })?;
+        Ok((appended == 1).then_some(revision))
+    }
+
+    /// Writes the whole snapshot at its revision plus one (compare-and-swap on the row's
+    /// revision) and drops the entries the row's previous snapshot had: they are folded
+    /// into the new one. One transaction.
+    fn write_whole(&self, snapshot: &SessionSnapshot, summary: String) -> Result<Revision> {
         let id = snapshot.id().clone();
         let expected = snapshot.revision();
         let revision = expected.next();
-        // Both fit the bigint column (this also refuses u64::MAX, which `next()` cannot
-        // move past), checked before the snapshot is encoded.
         let new = revision_column(&id, revision)?;
         let old = revision_column(&id, expected)?;
         let bytes = snapshot.to_json_with_revision(revision)?;
@@ -832,16 +923,9 @@ impl SessionStore for PostgresSessionStore {
                 limit_bytes: self.max_snapshot_bytes,
             });
         }
-        let mut listed = SessionSummary::of(snapshot);
-        listed.revision = revision;
-        let summary =
-            serde_json::to_string(&StoredSummary::of(&listed)).map_err(|source| Error::Encode {
-                id: id.clone(),
-                source,
-            })?;
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
-        let found = self.with_client(move |client, schema| async move {
+        let found = self.with_client(move |mut client, schema| async move {
             let key = id.as_str();
             let written = if expected == Revision::NEW {
                 client
@@ -859,24 +943,42 @@ impl SessionStore for PostgresSessionStore {
                         &[&key, &new, &created, &updated, &summary, &bytes],
                     )
                     .await
+                    .map_err(|e| backend("save a session", e))?
             } else {
-                client
+                let update = prepared(
+                    &client,
+                    &format!(
+                        "UPDATE {schema}.sessions
+                         SET revision = $2, created_ns = $3, updated_ns = $4,
+                             summary = $5, snapshot = $6, journal_bytes = 0
+                         WHERE id = $1 AND revision = $7"
+                    ),
+                )
+                .await?;
+                let fold = prepared(
+                    &client,
+                    &format!("DELETE FROM {schema}.entries WHERE session_id = $1"),
+                )
+                .await?;
+                let tx = client
+                    .transaction()
+                    .await
+                    .map_err(|e| backend("start a save", e))?;
+                let written = tx
                     .execute(
-                        &prepared(
-                            &client,
-                            &format!(
-                                "UPDATE {schema}.sessions
-                             SET revision = $2, created_ns = $3, updated_ns = $4,
-                                 summary = $5, snapshot = $6
-                             WHERE id = $1 AND revision = $7"
-                            ),
-                        )
-                        .await?,
+                        &update,
                         &[&key, &new, &created, &updated, &summary, &bytes, &old],
                     )
                     .await
-            }
-            .map_err(|e| backend("save a session", e))?;
+                    .map_err(|e| backend("save a session", e))?;
+                if written == 1 {
+                    tx.execute(&fold, &[&key])
+                        .await
+                        .map_err(|e| backend("fold a session's entries", e))?;
+                }
+                tx.commit().await.map_err(|e| backend("commit a save", e))?;
+                written
+            };
             if written == 1 {
                 return Ok(None);
             }
@@ -905,18 +1007,59 @@ impl SessionStore for PostgresSessionStore {
         }
     }
 
+    /// Where a row is, by its raw key.
+    fn location_of_key(&self, key: &str) -> Location {
+        Location::Stored(format!(
+            "PostgreSQL row {}.sessions id {key:?}",
+            self.schema
+        ))
+    }
+}
+
+impl SessionStore for PostgresSessionStore {
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        if snapshot.is_unchanged_since_stored() {
+            if let Some(revision) = self.unchanged(snapshot)? {
+                return Ok(revision);
+            }
+        }
+        let id = snapshot.id();
+        let expected = snapshot.revision();
+        let revision = expected.next();
+        // Both fit the bigint column (this also refuses u64::MAX, which `next()` cannot
+        // move past), checked before the snapshot is encoded.
+        revision_column(id, revision)?;
+        revision_column(id, expected)?;
+        let mut listed = SessionSummary::of(snapshot);
+        listed.revision = revision;
+        let summary =
+            serde_json::to_string(&StoredSummary::of(&listed)).map_err(|source| Error::Encode {
+                id: id.clone(),
+                source,
+            })?;
+        if let Some(appended) = self.try_append(snapshot, &summary)? {
+            return Ok(appended);
+        }
+        self.write_whole(snapshot, summary)
+    }
+
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
         let key = id.to_string();
         let limit = to_i64(self.max_snapshot_bytes);
         let row = self.with_client(move |client, schema| async move {
-            // The size is checked before the bytes are fetched.
+            // The sizes are checked before the bytes are fetched; one statement, so the
+            // row and its entries are read from one consistent state.
             client
                 .query_opt(
                     &prepared(
                         &client,
                         &format!(
                             "SELECT revision, octet_length(snapshot),
-                                CASE WHEN octet_length(snapshot) <= $2::bigint THEN snapshot END
+                                CASE WHEN octet_length(snapshot) <= $2::bigint THEN snapshot END,
+                                journal_bytes,
+                                CASE WHEN journal_bytes <= $2::bigint THEN ARRAY(
+                                    SELECT record FROM {schema}.entries
+                                    WHERE session_id = $1 ORDER BY revision) END
                          FROM {schema}.sessions WHERE id = $1"
                         ),
                     )
@@ -945,12 +1088,29 @@ impl SessionStore for PostgresSessionStore {
                 limit_bytes: self.max_snapshot_bytes,
             });
         };
-        let mut snapshot = SessionSnapshot::from_json(&bytes).map_err(|e| e.at(&location))?;
+        let entry_bytes: i64 = row.try_get(3).map_err(column)?;
+        let Some(entries) = row.try_get::<_, Option<Vec<Vec<u8>>>>(4).map_err(column)? else {
+            return Err(Error::TooLarge {
+                location: self.entries_location(id),
+                size_bytes: u64::try_from(entry_bytes).unwrap_or(0),
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        };
+        let mut snapshot =
+            SessionSnapshot::decode_unvalidated(&bytes).map_err(|e| e.at(&location))?;
         check_stored_id(id, snapshot.id(), &location)?;
+        let entries_location = self.entries_location(id);
+        for entry in &entries {
+            snapshot
+                .apply_change(decode_record(entry).map_err(|e| e.at(&entries_location))?)
+                .map_err(|e| e.at(&entries_location))?;
+        }
+        snapshot.validate().map_err(|e| e.at(&location))?;
         let revision = Revision::from_u64(u64::try_from(revision).unwrap_or(0));
         if snapshot.revision() != revision {
             return Err(Error::inconsistent(format!(
-                "the snapshot says revision {} but its row says {revision}",
+                "the snapshot and its {} entries reach revision {} but the row says {revision}",
+                entries.len(),
                 snapshot.revision()
             ))
             .at(&location));
@@ -1116,6 +1276,7 @@ impl SessionStore for PostgresSessionStore {
                         &client,
                         &format!(
                             "SELECT octet_length(snapshot)::bigint + octet_length(summary)::bigint
+                                + journal_bytes
                          FROM {schema}.sessions WHERE id = $1"
                         ),
                     )

@@ -19,14 +19,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
-use crate::json::{self, strict, ObjectOnly};
-use crate::snapshot::{Change, Counts, PersistedOptions, SessionSnapshot, ToolCallRecord};
-use crate::transcript::Message;
-use crate::usage::Usage;
+use crate::json::{strict, ObjectOnly};
+pub(crate) use crate::snapshot::{counts_after, decode_record};
+use crate::snapshot::{encode_record_payload, Change, Counts, SessionSnapshot};
 
 /// The journal format version this release writes and reads.
 pub(crate) const JOURNAL_VERSION: u32 = 1;
@@ -54,53 +52,6 @@ pub(crate) struct JournalHeader {
     pub(crate) base: Counts,
 }
 
-/// A record as written: borrows the change's parts.
-#[derive(Serialize)]
-struct EncodedRecord<'a> {
-    revision: Revision,
-    updated_at: &'a DateTime<Utc>,
-    from: &'a Counts,
-    messages: &'a [Message],
-    tool_calls: &'a [ToolCallRecord],
-    usage: &'a [Usage],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    options: Option<&'a PersistedOptions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metadata: Option<&'a Map<String, Value>>,
-}
-
-/// A record as read, with the same strictness as a snapshot.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DecodedRecord {
-    revision: Revision,
-    updated_at: DateTime<Utc>,
-    #[serde(deserialize_with = "strict::object")]
-    from: Counts,
-    #[serde(deserialize_with = "strict::objects")]
-    messages: Vec<Message>,
-    #[serde(deserialize_with = "strict::objects")]
-    tool_calls: Vec<ToolCallRecord>,
-    #[serde(deserialize_with = "strict::objects")]
-    usage: Vec<Usage>,
-    #[serde(default, deserialize_with = "optional_object")]
-    options: Option<PersistedOptions>,
-    #[serde(default, deserialize_with = "optional_map")]
-    metadata: Option<Map<String, Value>>,
-}
-
-fn optional_object<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<PersistedOptions>, D::Error> {
-    strict::object(d).map(Some)
-}
-
-fn optional_map<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<Map<String, Value>>, D::Error> {
-    strict::map(d).map(Some)
-}
-
 /// Frames `payload`.
 pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + FRAME_OVERHEAD);
@@ -125,33 +76,10 @@ pub(crate) fn encode_header(header: &JournalHeader) -> Result<Vec<u8>> {
 ///
 /// # Errors
 ///
-/// [`Error::TooDeep`] if the record could not be read back, as for a snapshot; an
-/// [`Error::InvalidArgument`] if it is larger than a frame can say (4 GiB).
+/// As [`encode_record_payload`]; an [`Error::InvalidArgument`] if it is larger than a
+/// frame can say (4 GiB).
 pub(crate) fn encode_record(id: &SessionId, change: &Change) -> Result<Vec<u8>> {
-    let record = EncodedRecord {
-        revision: change.revision,
-        updated_at: &change.updated_at,
-        from: &change.from,
-        messages: &change.messages,
-        tool_calls: &change.tool_calls,
-        usage: &change.usage,
-        options: change.options.as_ref(),
-        metadata: change.metadata.as_ref(),
-    };
-    let mut payload = Vec::new();
-    let depth =
-        json::write_measuring_depth(&mut payload, &record).map_err(|source| Error::Encode {
-            id: id.clone(),
-            source,
-        })?;
-    if depth > json::MAX_JSON_DEPTH {
-        return Err(Error::TooDeep {
-            id: id.clone(),
-            part: "the journal record".to_owned(),
-            depth,
-            limit: json::MAX_JSON_DEPTH,
-        });
-    }
+    let payload = encode_record_payload(id, change)?;
     if u32::try_from(payload.len()).is_err() {
         return Err(Error::InvalidArgument {
             reason: format!(
@@ -291,35 +219,6 @@ fn unsupported(found: u64) -> Error {
         found,
         oldest: JOURNAL_VERSION,
         supported: JOURNAL_VERSION,
-    }
-}
-
-/// Decodes a record's payload into the change it stores.
-///
-/// # Errors
-///
-/// [`Error::Malformed`] for anything but a well-formed record.
-pub(crate) fn decode_record(payload: &[u8]) -> Result<Change> {
-    let ObjectOnly(record): ObjectOnly<DecodedRecord> =
-        serde_json::from_slice(payload).map_err(malformed)?;
-    Ok(Change {
-        revision: record.revision,
-        updated_at: record.updated_at,
-        from: record.from,
-        messages: record.messages,
-        tool_calls: record.tool_calls,
-        usage: record.usage,
-        options: record.options,
-        metadata: record.metadata,
-    })
-}
-
-/// The lengths after a change is applied to a state that has `from` of them kept.
-pub(crate) fn counts_after(change: &Change) -> Counts {
-    Counts {
-        messages: change.from.messages + change.messages.len(),
-        tool_calls: change.from.tool_calls + change.tool_calls.len(),
-        usage: change.from.usage + change.usage.len(),
     }
 }
 
