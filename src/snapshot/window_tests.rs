@@ -101,6 +101,27 @@ fn documents() -> Vec<(String, Vec<u8>)> {
         "pretty".to_owned(),
         serde_json::to_vec_pretty(&value).expect("pretty"),
     ));
+    // Long enough for the transcript to be decoded on several threads, with strings that
+    // hold brackets, quotes, backslashes and escapes the item scan must step over.
+    let long = SessionSnapshot::builder(SessionId::parse("long").expect("id"), "m")
+        .transcript(
+            (0..400)
+                .map(|i| match i % 4 {
+                    0 => Message::user(format!("{i}: {{\"not\": [\"an object\"]}} \\\" ]")),
+                    1 => Message::assistant(vec![ContentBlock::text(format!("\u{1F600} {i} }}]"))]),
+                    2 => Message::user(format!("line\n{i}\t\\")),
+                    _ => Message::assistant(vec![ContentBlock::text("{".repeat(i % 7))]),
+                })
+                .collect(),
+        )
+        .build()
+        .expect("build");
+    documents.push(("long".to_owned(), long.to_json().expect("encode")));
+    let value: Value = serde_json::from_slice(&long.to_json().expect("encode")).expect("json");
+    documents.push((
+        "long pretty".to_owned(),
+        serde_json::to_vec_pretty(&value).expect("pretty"),
+    ));
     let empty = SessionSnapshot::builder(id, "m").build().expect("build");
     documents.push(("empty".to_owned(), empty.to_json().expect("encode")));
     documents
