@@ -1973,9 +1973,37 @@ mod postgres_store {
         );
     }
 
-    /// Tables of version 1 (release 0.1: no `entries`, no `journal_bytes`): before
-    /// `migrate` a load says to call it; `migrate` brings them to version 2, and their
-    /// sessions load and append.
+    /// A snapshot loaded from one store and extended never appends onto another store's
+    /// row that only looks the same (same id, revision and times) but holds other
+    /// lengths: it is written whole there, so what is stored is what was saved.
+    #[test]
+    fn an_append_needs_the_rows_lengths_to_be_those_the_snapshot_was_loaded_with() {
+        let schemas = Schemas::new();
+        let (a, b) = (schemas.store(), schemas.store());
+        let short = snapshot("look-alike", "first");
+        let long = SessionSnapshot::builder(id("look-alike"), "pg-model")
+            .transcript(vec![Message::user("other"), Message::user("lines")])
+            .timestamps(short.created_at(), short.updated_at())
+            .build()
+            .expect("build");
+        a.save(&short).expect("save in a");
+        b.save(&long).expect("save in b");
+        let from_a = extended(a.load(short.id()).expect("load from a"), 10);
+        assert_eq!(b.save(&from_a).expect("save into b"), Revision::from_u64(2));
+        assert_eq!(
+            entry_count(b.schema(), "look-alike"),
+            0,
+            "appended onto b's row"
+        );
+        assert_eq!(
+            b.load(short.id()).expect("load from b"),
+            from_a.with_revision(Revision::from_u64(2))
+        );
+    }
+
+    /// Tables of version 1 (release 0.1: no `entries`, `journal_bytes` or `state_counts`):
+    /// before `migrate` a load says to call it; `migrate` brings them to version 2, and
+    /// their sessions load, save and then append.
     #[test]
     fn version_1_tables_are_upgraded_by_migrate_and_their_sessions_append() {
         let schemas = Schemas::new();
@@ -1987,6 +2015,7 @@ mod postgres_store {
         pg::execute(&format!(
             "DROP TABLE \"{schema}\".entries;
              ALTER TABLE \"{schema}\".sessions DROP COLUMN journal_bytes;
+             ALTER TABLE \"{schema}\".sessions DROP COLUMN state_counts;
              UPDATE \"{schema}\".store_version SET version = 1;"
         ));
         let err = store.load(first.id()).expect_err("tables of version 1");
@@ -1997,6 +2026,12 @@ mod postgres_store {
             "{err}"
         );
 
+        // A new session is refused too, rather than stored where loads would fail.
+        let err = store
+            .save(&snapshot("new-on-0-1", "x"))
+            .expect_err("a new session on tables of version 1");
+        assert!(err.to_string().contains("older release"), "{err}");
+
         store.migrate().expect("upgrade");
         assert_eq!(
             pg::query_text(&format!(
@@ -2006,7 +2041,14 @@ mod postgres_store {
         );
         let loaded = store.load(first.id()).expect("load after the upgrade");
         assert_eq!(loaded.transcript(), first.transcript());
-        store.save(&extended(loaded, 10)).expect("append");
+        // A row of version 1 does not record its lengths: its first save is whole, and
+        // records them; the next one appends.
+        let next = extended(loaded, 10);
+        let revision = store.save(&next).expect("the first save: whole");
+        assert_eq!(entry_count(&schema, "from-0-1"), 0);
+        store
+            .save(&extended(next.with_revision(revision), 10))
+            .expect("append");
         assert_eq!(entry_count(&schema, "from-0-1"), 1);
         store.migrate().expect("migrate again: nothing to do");
     }

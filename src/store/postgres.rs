@@ -19,7 +19,7 @@ use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
-use crate::snapshot::{decode_record, encode_record_payload, Lineage, SessionSnapshot};
+use crate::snapshot::{decode_record, encode_record_payload, Counts, Lineage, SessionSnapshot};
 use crate::usage::Cost;
 
 /// The schema the store uses when none is set.
@@ -392,6 +392,11 @@ fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A state's lengths as the `state_counts` column holds them: `messages,tool_calls,usage`.
+fn state_counts(counts: Counts) -> String {
+    format!("{},{},{}", counts.messages, counts.tool_calls, counts.usage)
+}
+
 /// The statement `sql` prepared on `client`, from the connection's cache after the first
 /// time: a query then takes one round trip, not two.
 async fn prepared(
@@ -475,12 +480,15 @@ async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str
              archived boolean NOT NULL DEFAULT false,
              summary text NOT NULL,
              snapshot bytea NOT NULL,
-             journal_bytes bigint NOT NULL DEFAULT 0
+             journal_bytes bigint NOT NULL DEFAULT 0,
+             state_counts text NOT NULL DEFAULT ''
          );
          CREATE INDEX IF NOT EXISTS sessions_listing
              ON {schema}.sessions (archived, updated_ns DESC, id DESC);
          ALTER TABLE {schema}.sessions
              ADD COLUMN IF NOT EXISTS journal_bytes bigint NOT NULL DEFAULT 0;
+         ALTER TABLE {schema}.sessions
+             ADD COLUMN IF NOT EXISTS state_counts text NOT NULL DEFAULT '';
          CREATE TABLE IF NOT EXISTS {schema}.entries (
              session_id text COLLATE \"C\" NOT NULL
                  REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
@@ -545,8 +553,8 @@ impl PostgresSessionStore {
     /// Creates `<schema>.sessions` (one row per session) with its listing index,
     /// `<schema>.entries` (the changes saved since a row's snapshot, one per revision),
     /// and `<schema>.store_version`, which records the tables' version. Tables of version
-    /// 1 (release 0.1) gain `entries` and the `journal_bytes` column; their sessions load
-    /// as before.
+    /// 1 (release 0.1) gain `entries` and the `journal_bytes` and `state_counts` columns;
+    /// their sessions load as before.
     ///
     /// # Errors
     ///
@@ -864,6 +872,10 @@ impl PostgresSessionStore {
         let record_len = to_i64(record.len() as u64);
         let limit = to_i64(self.max_snapshot_bytes);
         let summary = summary.to_owned();
+        // The lengths stored at the loaded revision, as the snapshot knows them, must be
+        // the row's: a claim about another store's session never appends here.
+        let counts_before = state_counts(provenance.stored);
+        let counts_after = state_counts(snapshot.counts());
         let appended = self.with_client(move |client, schema| async move {
             client
                 .execute(
@@ -873,9 +885,10 @@ impl PostgresSessionStore {
                             "WITH moved AS (
                                 UPDATE {schema}.sessions
                                    SET revision = $2, updated_ns = $3, summary = $4,
-                                       journal_bytes = journal_bytes + $5::bigint
+                                       journal_bytes = journal_bytes + $5::bigint,
+                                       state_counts = $12
                                  WHERE id = $1 AND revision = $6 AND created_ns = $7
-                                   AND updated_ns = $8
+                                   AND updated_ns = $8 AND state_counts = $13
                                    AND journal_bytes + $5::bigint <= LEAST(
                                        GREATEST($9::bigint, octet_length(snapshot)::bigint / 8),
                                        $10::bigint)
@@ -897,6 +910,8 @@ impl PostgresSessionStore {
                         &MIN_ENTRY_BYTES,
                         &limit,
                         &record,
+                        &counts_after,
+                        &counts_before,
                     ],
                 )
                 .await
@@ -925,6 +940,7 @@ impl PostgresSessionStore {
         }
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
+        let counts = state_counts(snapshot.counts());
         let found = self.with_client(move |mut client, schema| async move {
             let key = id.as_str();
             let written = if expected == Revision::NEW {
@@ -934,13 +950,14 @@ impl PostgresSessionStore {
                             &client,
                             &format!(
                                 "INSERT INTO {schema}.sessions
-                                 (id, revision, created_ns, updated_ns, summary, snapshot)
-                             VALUES ($1, $2, $3, $4, $5, $6)
+                                 (id, revision, created_ns, updated_ns, summary, snapshot,
+                                  journal_bytes, state_counts)
+                             VALUES ($1, $2, $3, $4, $5, $6, 0, $7)
                              ON CONFLICT (id) DO NOTHING"
                             ),
                         )
                         .await?,
-                        &[&key, &new, &created, &updated, &summary, &bytes],
+                        &[&key, &new, &created, &updated, &summary, &bytes, &counts],
                     )
                     .await
                     .map_err(|e| backend("save a session", e))?
@@ -950,7 +967,8 @@ impl PostgresSessionStore {
                     &format!(
                         "UPDATE {schema}.sessions
                          SET revision = $2, created_ns = $3, updated_ns = $4,
-                             summary = $5, snapshot = $6, journal_bytes = 0
+                             summary = $5, snapshot = $6, journal_bytes = 0,
+                             state_counts = $8
                          WHERE id = $1 AND revision = $7"
                     ),
                 )
@@ -967,7 +985,9 @@ impl PostgresSessionStore {
                 let written = tx
                     .execute(
                         &update,
-                        &[&key, &new, &created, &updated, &summary, &bytes, &old],
+                        &[
+                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts,
+                        ],
                     )
                     .await
                     .map_err(|e| backend("save a session", e))?;
