@@ -22,7 +22,7 @@ Limits (at least one is needed; a prune with none would delete nothing):
   --max-age DURATION  a number and a unit: s, m, h or d (45s, 90m, 12h, 30d)
   --max-count N       keeps the N most recently updated sessions
   --max-bytes SIZE    bytes on disk (snapshot + journal; in PostgreSQL, the row's
-                      snapshot and summary); a number, optionally with
+                      snapshot, summary and entries); a number, optionally with
                       K, M or G, binary multiples: 1K = 1024 bytes, 1M = 1024K,
                       1G = 1024M (500, 10K, 20M, 1G)
 
@@ -57,8 +57,9 @@ again; the usage of the dropped turns stays counted (they were paid for).
 A point between a tool call and its result is refused, naming the nearest points that
 are allowed, and so is one before the start or past the end: nothing is changed then.
 
-The dropped messages are not kept: a rewind cannot be undone. Fork the session first to
-keep a copy:
+A rewind cannot be undone, and it erases nothing: no load returns the dropped messages,
+but the store's earlier bytes hold them until the session is next written whole (delete
+the session to get rid of a secret). Fork the session first to keep a copy:
   agent-session sessions fork 0190c3e2-... --as before-rewind
   agent-session sessions rewind 0190c3e2-... --turns 2
 
@@ -221,7 +222,13 @@ pub fn rewind(store: &dyn SessionStore, id: &SessionId, to: RewindTo) -> Result<
         );
         return Ok(());
     }
-    if revision == before.revision().next() {
+    // This rewind's own save, of the state loaded above: the revision after it, and a
+    // transcript that is what was loaded, shortened. (Another process's save in between,
+    // followed by a rewind that dropped nothing, also moves the revision by one.)
+    let own_save = revision == before.revision().next()
+        && kept < before.transcript().len()
+        && before.transcript()[..kept] == *rewound.transcript();
+    if own_save {
         let dropped = before.transcript().get(kept..).unwrap_or_default();
         println!(
             "rewound session {id} ({to}), now revision {revision}: {}",

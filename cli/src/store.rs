@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_session::{
-    Error, FileSessionStore, PostgresSessionStore, SessionStore, DEFAULT_POSTGRES_SCHEMA,
+    Error, FileSessionStore, PostgresSessionStore, SessionId, SessionStore, DEFAULT_POSTGRES_SCHEMA,
 };
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
@@ -30,7 +30,7 @@ const POSTGRES_URL_PREFIXES: [&str; 2] = ["postgres://", "postgresql://"];
 const SCHEMA_ENV: &str = "AGENT_SESSION_SCHEMA";
 
 /// Says how to create a PostgreSQL store's tables.
-const MIGRATE_HINT: &str = "hint: `agent-session sessions migrate`, with the same --store and --schema, creates the schema and its tables; --schema NAME chooses another schema";
+const MIGRATE_HINT: &str = "hint: `agent-session sessions migrate`, with the same --store and --schema, creates the schema and its tables (or brings an older release's up to date); --schema NAME chooses another schema";
 
 /// The store the command line names, not opened yet.
 pub enum StoreSpec {
@@ -176,10 +176,18 @@ impl StoreSpec {
             }
             StoreSpec::Postgres(pg) => {
                 let store = pg.connect()?;
-                // The library connects lazily: one small query tells a server that does not
-                // answer, and a schema that was never migrated, before a command starts.
+                // The library connects lazily: two small queries tell a server that does
+                // not answer, a schema that was never migrated, and tables an older release
+                // made (which lack what loads and saves use), before a command starts.
                 if let Err(e) = store.list_page(1, None) {
                     return Err(pg.failure(&e));
+                }
+                let probe =
+                    SessionId::parse("agent-session-cli-probe").map_err(|e| pg.failure(&e))?;
+                match store.stored_bytes(&probe) {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(pg.failure(&e)),
                 }
                 Ok(Store {
                     at: pg.at(),
@@ -283,7 +291,7 @@ impl PostgresSpec {
 }
 
 /// Whether `e` is a PostgreSQL store's query on tables that were never created (their
-/// schema missing, or not migrated).
+/// schema missing, or not migrated) or that an older release made (a column missing).
 pub fn is_missing_tables(e: &Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
@@ -291,7 +299,9 @@ pub fn is_missing_tables(e: &Error) -> bool {
             .downcast_ref::<tokio_postgres::Error>()
             .and_then(tokio_postgres::Error::code)
         {
-            return *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME;
+            return *code == SqlState::UNDEFINED_TABLE
+                || *code == SqlState::INVALID_SCHEMA_NAME
+                || *code == SqlState::UNDEFINED_COLUMN;
         }
         source = cause.source();
     }
