@@ -192,9 +192,12 @@ pub(crate) mod tests {
         "use crate::{id::SessionId, error::{Error, Result}};\nfn g() { let _ = super::super::store::open(); }\n",
     );
     write("snapshot/codec_tests.rs", "use crate::store::Fine;\n");
+    // After an escaped quote and a quote as characters, a path still counts.
     write(
         "store/mod.rs",
-        "use crate::snapshot::Snapshot;\n#[cfg(test)]\nfn hook() {}\n",
+        "use crate::snapshot::Snapshot;\n#[cfg(test)]\nfn hook() {}\n\
+         fn quote(c: char) -> bool { matches!(c, '\\''|'\"') }\n\
+         type T = crate::id::SessionId;\n",
     );
 
     let analysis = analyse(src);
@@ -209,6 +212,7 @@ pub(crate) mod tests {
         ("snapshot", "error"),
         ("snapshot", "id"),
         ("snapshot", "store"),
+        ("store", "id"),
         ("store", "snapshot"),
         ("transcript", "store"),
     ]
@@ -278,6 +282,12 @@ fn analyse(src: &Path) -> Analysis {
         for head in referenced_heads(&code, module_path.len()) {
             // `crate::store` is the module; `crate::SessionStore` is a root re-export,
             // which counts as the module it comes from.
+            assert!(
+                head != "*",
+                "{} imports the crate root with a glob (crate::* or super::*), which hides \
+                 what it uses: import by name",
+                relative.display()
+            );
             let referenced = if layer.contains_key(head.as_str()) || modules.contains(&head) {
                 head
             } else if let Some(module) = exports.get(&head) {
@@ -396,7 +406,9 @@ fn strip_comments_and_literals(text: &str) -> String {
         } else if bytes[i] == b'\'' {
             // A character literal ('x', '\n', '\u{1F600}', '"'), or a lifetime ('a).
             let literal_end = if rest.get(1) == Some(&b'\\') {
-                rest.iter().skip(2).position(|&b| b == b'\'').map(|p| p + 3)
+                // The quote that ends it comes after the escaped character: '\'' is 4
+                // bytes, '\u{1F600}' 11.
+                rest.iter().skip(3).position(|&b| b == b'\'').map(|p| p + 4)
             } else {
                 let width = text[i + 1..].chars().next().map_or(1, char::len_utf8);
                 (rest.get(1 + width) == Some(&b'\'')).then_some(2 + width)
@@ -589,7 +601,7 @@ fn collect_heads(tokens: &[&str], i: &mut usize, found: &mut BTreeSet<String>) {
                     "}" => depth -= 1,
                     "," if depth == 1 => expect_head = true,
                     token if expect_head && depth == 1 => {
-                        if is_name(token) {
+                        if is_name(token) || token == "*" {
                             found.insert(token.to_owned());
                         }
                         expect_head = false;
@@ -599,7 +611,7 @@ fn collect_heads(tokens: &[&str], i: &mut usize, found: &mut BTreeSet<String>) {
                 *i += 1;
             }
         }
-        Some(token) if is_name(token) => {
+        Some(token) if is_name(token) || *token == "*" => {
             found.insert((*token).to_owned());
             *i += 1;
         }
