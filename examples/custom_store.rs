@@ -27,8 +27,9 @@
 //!
 //! Four methods are required. This store also implements the optional storage primitives
 //! the crate's own stores have: archiving (`set_archived`, `list_scoped`), a conditional
-//! delete in one step (`delete_if_unchanged`, checked with [`check_unchanged`], so a prune
-//! never deletes a session saved after it was listed), and `stored_bytes`. Fork, prune,
+//! delete (`delete_if_unchanged`, checked with [`check_unchanged`] and made conditional on
+//! the exact bytes it checked, so a prune never deletes a session saved or created again
+//! after it was listed), and `stored_bytes`. Fork, prune,
 //! export and import then come with every store through [`SessionStoreExt`]. Finally,
 //! `agent_session::testing::contract` (the `testing` feature) runs the same cases against
 //! it as against the crate's stores, and every one passes.
@@ -97,16 +98,25 @@ impl KeyValueService {
         self.entries().remove(key).is_some()
     }
 
-    /// Deletes `key` if its version is `expected`; otherwise changes nothing and returns
-    /// the current version (`None`: no such key).
-    fn delete_if_version(&self, key: &str, expected: u64) -> Result<(), Option<u64>> {
+    /// Deletes `key` if it holds exactly `expected` (version and bytes: a version alone
+    /// starts over at 1 when a key is deleted and written again); otherwise changes nothing
+    /// and returns the current version (`None`: no such key).
+    fn delete_if_same(&self, key: &str, expected: &Versioned) -> Result<(), Option<u64>> {
         let mut entries = self.entries();
-        match entries.get(key).map(|entry| entry.version) {
-            Some(version) if version == expected => {
+        match entries.get(key) {
+            Some(entry) if entry.version == expected.version && entry.bytes == expected.bytes => {
                 entries.remove(key);
                 Ok(())
             }
-            current => Err(current),
+            current => Err(current.map(|entry| entry.version)),
+        }
+    }
+
+    /// Deletes `key` if it holds `bytes`.
+    fn delete_if_bytes(&self, key: &str, bytes: &[u8]) {
+        let mut entries = self.entries();
+        if entries.get(key).is_some_and(|entry| entry.bytes == bytes) {
+            entries.remove(key);
         }
     }
 
@@ -132,9 +142,10 @@ impl KeyValueService {
 /// An archived session has a second key, `archived/<id>`, whose value is the creation time
 /// of the session it archives: the archive state lives beside the snapshot, so archiving
 /// neither rewrites the session nor moves its revision. A marker counts only while it names
-/// the stored session's creation time, so a marker left behind (a delete that stopped
-/// between its two keys, or an archive racing a delete) never archives a new session saved
-/// later under the same id.
+/// the stored session's creation time, and the first save of a new session removes any
+/// marker under its id, so a marker left behind (a delete that stopped between its two
+/// keys, or an archive racing a delete) does not archive a new session saved later under
+/// the same id, not even the same session imported again.
 #[derive(Debug, Clone)]
 struct KvSessionStore {
     service: Arc<KeyValueService>,
@@ -160,6 +171,22 @@ impl KvSessionStore {
     /// The marker's value for a session created at `snapshot.created_at()`.
     fn marker(snapshot: &SessionSnapshot) -> Vec<u8> {
         snapshot.created_at().to_rfc3339().into_bytes()
+    }
+
+    /// The session `id` that `entry` (under `key`) holds, as stored at its version.
+    fn decode(
+        id: &SessionId,
+        key: &str,
+        entry: &Versioned,
+    ) -> agent_session::Result<SessionSnapshot> {
+        // Strict decoding and full validation: damaged bytes are an error, never a
+        // half-valid session. `at` names the key in the error and classifies it as
+        // corrupt stored data.
+        let location = Location::Stored(key.to_owned());
+        let snapshot = SessionSnapshot::from_json(&entry.bytes).map_err(|e| e.at(&location))?;
+        // Refuse bytes filed under the wrong key, as the file store refuses a renamed file.
+        check_stored_id(id, snapshot.id(), &location)?;
+        Ok(snapshot.stored_at(Revision::from_u64(entry.version)))
     }
 
     /// Whether the stored `snapshot` is archived: its marker names its creation time.
@@ -194,7 +221,18 @@ impl SessionStore for KvSessionStore {
             .service
             .put_if_version(&Self::key(snapshot.id()), expected.as_u64(), bytes)
         {
-            Ok(version) => Ok(Revision::from_u64(version)),
+            Ok(version) => {
+                if expected == Revision::NEW {
+                    // A new session starts active. A marker left under its id (by a delete
+                    // that stopped between its two keys) names the old session's creation
+                    // time, which the new one has too when it is that session imported
+                    // again: remove it. (An archive of the new session landing between the
+                    // write above and this would be undone: a service with multi-key
+                    // transactions would write both at once.)
+                    self.service.delete(&Self::marker_key(snapshot.id()));
+                }
+                Ok(Revision::from_u64(version))
+            }
             Err(current) => Err(Error::conflict(
                 snapshot.id(),
                 expected,
@@ -209,14 +247,7 @@ impl SessionStore for KvSessionStore {
             .service
             .get(&key)
             .ok_or_else(|| Error::NotFound { id: id.clone() })?;
-        // Strict decoding and full validation: damaged bytes are an error, never a
-        // half-valid session. `at` names the key in the error and classifies it as
-        // corrupt stored data.
-        let snapshot = SessionSnapshot::from_json(&entry.bytes)
-            .map_err(|e| e.at(&Location::Stored(key.clone())))?;
-        // Refuse bytes filed under the wrong key, as the file store refuses a renamed file.
-        check_stored_id(id, snapshot.id(), &Location::Stored(key))?;
-        Ok(snapshot.stored_at(Revision::from_u64(entry.version)))
+        Self::decode(id, &key, &entry)
     }
 
     fn list(&self) -> agent_session::Result<SessionList> {
@@ -273,31 +304,47 @@ impl SessionStore for KvSessionStore {
     // conditional delete makes it one, so `prune` never deletes a session saved after it
     // was listed.
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> agent_session::Result<()> {
-        let stored = match self.load(&listed.id) {
-            Ok(snapshot) => Some(StoredVersion {
-                revision: snapshot.revision(),
-                created_at: snapshot.created_at(),
-                archived: self.is_archived(&snapshot),
-            }),
-            Err(err) if err.is_not_found() => None,
-            Err(err) => return Err(err),
+        let key = Self::key(&listed.id);
+        let entry = self.service.get(&key);
+        let stored = match &entry {
+            Some(entry) => {
+                let snapshot = Self::decode(&listed.id, &key, entry)?;
+                Some((
+                    StoredVersion {
+                        revision: snapshot.revision(),
+                        created_at: snapshot.created_at(),
+                        archived: self.is_archived(&snapshot),
+                    },
+                    Self::marker(&snapshot),
+                ))
+            }
+            None => None,
         };
-        check_unchanged(listed, stored)?;
-        // The revision is checked again by the conditional delete itself; the archive state
-        // only above, so an archive landing in between is the one change this delete can
-        // miss (a service with multi-key transactions would check both keys at once).
+        check_unchanged(listed, stored.as_ref().map(|(version, _)| *version))?;
+        let (Some(entry), Some((_, marker))) = (entry, stored) else {
+            return Err(Error::NotFound {
+                id: listed.id.clone(),
+            });
+        };
+        // The delete is conditional on exactly the bytes checked above, so a save, or a
+        // delete and a new session under the same id, landing in between keeps the session.
+        // The archive state is checked above only: an archive landing in between is the one
+        // change this delete can miss (a service with multi-key transactions would check
+        // both keys at once).
         self.service
-            .delete_if_version(&Self::key(&listed.id), listed.revision.as_u64())
+            .delete_if_same(&key, &entry)
             .map_err(|current| match current {
                 None => Error::NotFound {
                     id: listed.id.clone(),
                 },
                 Some(version) => Error::Changed {
                     id: listed.id.clone(),
-                    change: format!("it was saved at revision {version}"),
+                    change: format!("it was saved (or created again) at revision {version}"),
                 },
             })?;
-        self.service.delete(&Self::marker_key(&listed.id));
+        // Only this session's marker: one a new session under the id wrote meanwhile stays.
+        self.service
+            .delete_if_bytes(&Self::marker_key(&listed.id), &marker);
         Ok(())
     }
 
@@ -569,6 +616,35 @@ mod tests {
         store.save(&SessionSnapshot::builder(id.clone(), "m").build()?)?;
         assert_eq!(store.list()?.sessions.len(), 1);
         assert!(store.list_scoped(ListScope::Archived)?.sessions.is_empty());
+
+        // The same session saved again as new (an import keeps its creation time).
+        store.set_archived(&id, true)?;
+        let again = store.load(&id)?;
+        service.delete(&KvSessionStore::key(&id));
+        store.save(&again.clone().with_revision(Revision::NEW))?;
+        assert!(store.list_scoped(ListScope::Archived)?.sessions.is_empty());
+        Ok(())
+    }
+
+    /// A session deleted and created again after it was listed is not the one listed,
+    /// even where the service's version of its key starts over at the same number.
+    #[test]
+    fn the_conditional_delete_keeps_a_session_created_again_since_the_listing(
+    ) -> agent_session::Result<()> {
+        let store = KvSessionStore::new(Arc::new(KeyValueService::default()));
+        let id = SessionId::parse("s")?;
+        let yesterday = chrono::Utc::now() - chrono::Duration::days(1);
+        store.save(
+            &SessionSnapshot::builder(id.clone(), "m")
+                .timestamps(yesterday, yesterday)
+                .build()?,
+        )?;
+        let listed = store.list()?.sessions.remove(0);
+        store.delete(&id)?;
+        store.save(&SessionSnapshot::builder(id.clone(), "m").build()?)?;
+        let err = store.delete_if_unchanged(&listed).unwrap_err();
+        assert!(matches!(err, Error::Changed { .. }), "{err:?}");
+        assert!(store.load(&id).is_ok(), "the new session was deleted");
         Ok(())
     }
 }
