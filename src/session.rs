@@ -770,8 +770,9 @@ impl<E> Session<E> {
     /// The change is in memory until the session is saved
     /// ([`Harness::rewind_session`](crate::Harness::rewind_session) does both). The next
     /// save keeps what the store already holds of the kept messages, so the file store
-    /// appends one small journal record, however long the session. The store keeps the
-    /// head of the session only: the rewound messages are not kept in its history yet.
+    /// appends one small journal record, however long the session. The dropped messages
+    /// stay in the store's earlier bytes until the session is next written whole (see
+    /// [`SessionSnapshot::rewind`]): a rewind does not erase them.
     ///
     /// # Errors
     ///

@@ -48,11 +48,14 @@ pub struct Lineage {
     pub parent: SessionId,
     /// The parent's revision at the fork ([`Revision::NEW`] if the parent was never saved).
     pub parent_revision: Revision,
-    /// How many of the parent's messages the fork started with: its first `fork_point`
-    /// messages are the parent's first `fork_point` messages at `parent_revision` (when the
-    /// fork is made from a stored parent, as [`SessionStoreExt::fork`](crate::SessionStoreExt::fork)
-    /// does; a fork of a session's unsaved snapshot may hold messages the parent's stored
-    /// revision does not).
+    /// How many of the parent's messages the fork started with: when it was made, its
+    /// first `fork_point` messages were the parent's first `fork_point` messages at
+    /// `parent_revision` (when the fork is made from a stored parent, as
+    /// [`SessionStoreExt::fork`](crate::SessionStoreExt::fork) does; a fork of a session's
+    /// unsaved snapshot may hold messages the parent's stored revision does not). A record
+    /// of the fork's start, not a promise about its transcript now: a fork rewound below
+    /// this point ([`SessionSnapshot::rewind`](crate::SessionSnapshot::rewind)) keeps its
+    /// lineage unchanged.
     pub fork_point: usize,
     /// When the fork was made.
     pub forked_at: DateTime<Utc>,

@@ -170,8 +170,14 @@ impl SessionSnapshot {
     /// one call, use [`SessionStoreExt::rewind`](crate::SessionStoreExt::rewind); a live
     /// session, [`Session::rewind`](crate::Session::rewind).
     ///
-    /// The store keeps the head of the session only: the rewound messages are not kept in
-    /// its history yet (the history log of the next schema version will keep them).
+    /// The dropped messages leave the transcript, not the store's bytes: a store that
+    /// appends keeps them in what it wrote before (the file store's base snapshot or
+    /// journal, the PostgreSQL row's snapshot or entries) until the session is next
+    /// written whole, and a program reading those can still see them, though no load
+    /// returns them. A rewind is not a way to erase something: redact before saving
+    /// ([`HarnessBuilder::redactor`](crate::HarnessBuilder::redactor)), or delete the
+    /// session. Nor can a rewind be undone yet: the history log of the next schema
+    /// version will make the rewound messages loadable.
     ///
     /// # Errors
     ///

@@ -10,8 +10,9 @@
 //! Two behaviours are optional, and the cases that need them are skipped (and listed in
 //! [`ContractReport::skipped`]) for a store without them: archiving
 //! ([`SessionStore::set_archived`] returns [`Error::Unsupported`]),
-//! and not writing a snapshot that is unchanged since it was loaded (only the crate's own
-//! stores can tell). Call [`ContractReport::assert_complete`] to require both.
+//! and not writing a snapshot that is unchanged since it was loaded
+//! ([`SessionSnapshot::is_unchanged_since_stored`] tells a store which those are). Call
+//! [`ContractReport::assert_complete`] to require both.
 //!
 //! # Examples
 //!
