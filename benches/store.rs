@@ -45,7 +45,9 @@
 //!   (which empties the journal), so every measured save adds one turn to N to N + 45
 //!   messages (see `TurnFeeder`). `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages
 //!   as the snapshot encodes them) appended to an open file + `fdatasync`; it does not
-//!   depend on N, so it is measured once.
+//!   depend on N, so it is measured once. `append_turn/memory_store/N`: the same saves
+//!   into a `MemorySessionStore`, which appends the turn to the state it holds (put back
+//!   to N messages every 1,024 turns instead of 16).
 //! - `list/file_store/SxM`: `FileSessionStore::list` of S stored sessions of M messages,
 //!   repeated on one store (which reuses the summaries it decoded while their files are
 //!   unchanged). `list/file_store_fresh/SxM`: the same on a store opened for each listing,
@@ -106,8 +108,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Durability, FileSessionStore, Message, Revision, RewindTo, Role, SessionId, SessionSnapshot,
-    SessionStore, Usage,
+    Durability, FileSessionStore, MemorySessionStore, Message, Revision, RewindTo, Role, SessionId,
+    SessionSnapshot, SessionStore, Usage,
 };
 use criterion::measurement::WallTime;
 use criterion::{
@@ -332,6 +334,23 @@ fn append_turn(c: &mut Criterion) {
                 BatchSize::PerIteration,
             );
         });
+        // Put back far less often: there is no journal to empty, and the first append
+        // after a whole save grows the store's list once (a copy of N messages), which a
+        // session saving after every turn pays once, not every 16 turns.
+        let memory = MemorySessionStore::new();
+        let feeder = TurnFeeder::rebasing_every(
+            &memory,
+            snapshot("bench", to_messages(&wire_transcript(n))),
+            turn.clone(),
+            MEMORY_REBASE_TURNS,
+        );
+        group.bench_function(BenchmarkId::new("memory_store", n), |b| {
+            b.iter_batched_ref(
+                || feeder.next(),
+                |next| feeder.save(next),
+                BatchSize::PerIteration,
+            );
+        });
     }
     group.finish();
 }
@@ -383,6 +402,9 @@ fn rewind(c: &mut Criterion) {
     group.finish();
 }
 
+/// Turns a `MemorySessionStore` appends before the session is put back to N messages.
+const MEMORY_REBASE_TURNS: usize = 1_024;
+
 /// Turns to append before the session is put back to its N messages.
 const REBASE_TURNS: usize = 16;
 
@@ -399,10 +421,22 @@ struct TurnFeeder<'a> {
     current: RefCell<Option<SessionSnapshot>>,
     turns: Cell<usize>,
     stored: Cell<Revision>,
+    /// Turns between rebases ([`REBASE_TURNS`] unless set).
+    rebase: usize,
 }
 
 impl<'a> TurnFeeder<'a> {
     fn new(store: &'a dyn SessionStore, base: SessionSnapshot, turn: Vec<Message>) -> Self {
+        Self::rebasing_every(store, base, turn, REBASE_TURNS)
+    }
+
+    /// A feeder that puts the session back to N messages every `rebase` turns.
+    fn rebasing_every(
+        store: &'a dyn SessionStore,
+        base: SessionSnapshot,
+        turn: Vec<Message>,
+        rebase: usize,
+    ) -> Self {
         TurnFeeder {
             store,
             base,
@@ -410,6 +444,7 @@ impl<'a> TurnFeeder<'a> {
             current: RefCell::new(None),
             turns: Cell::new(0),
             stored: Cell::new(Revision::NEW),
+            rebase,
         }
     }
 
@@ -417,7 +452,7 @@ impl<'a> TurnFeeder<'a> {
     fn next(&self) -> SessionSnapshot {
         let current = self.current.borrow_mut().take();
         let current = match current {
-            Some(current) if self.turns.get() < REBASE_TURNS => current,
+            Some(current) if self.turns.get() < self.rebase => current,
             _ => {
                 let reset = self.base.clone().with_revision(self.stored.get());
                 self.stored
@@ -429,7 +464,7 @@ impl<'a> TurnFeeder<'a> {
             }
         };
         self.turns.set(self.turns.get() + 1);
-        let later = current.updated_at() + chrono::TimeDelta::seconds(1);
+        let later = current.updated_at() + chrono::TimeDelta::milliseconds(1);
         current
             .with_appended(self.turn.clone(), usage_of(&self.turn), later)
             .expect("the turn pairs its tool call")

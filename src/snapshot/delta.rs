@@ -16,7 +16,7 @@ use super::{BlockPosition, PersistedOptions, SessionSnapshot, ToolCallRecord, To
 use crate::error::{Error, Result};
 use crate::id::Revision;
 use crate::transcript::{dismantle_message, Message};
-use crate::usage::Usage;
+use crate::usage::{Usage, UsageTotals};
 
 /// How many transcript messages, tool-call records and usage entries a state has: the
 /// lengths of a snapshot's three growing lists.
@@ -148,6 +148,16 @@ impl SessionSnapshot {
         self
     }
 
+    /// A copy that shares no list with this snapshot (a clone shares them until one side
+    /// changes), for a store that keeps it while its session goes on extending its own.
+    pub(crate) fn unshared(&self) -> SessionSnapshot {
+        let mut copy = self.clone();
+        copy.transcript = Arc::new(self.transcript.as_ref().clone());
+        copy.tool_calls = Arc::new(self.tool_calls.as_ref().clone());
+        copy.usage = Arc::new(self.usage.as_ref().clone());
+        copy
+    }
+
     /// The lengths of the transcript, tool-call records and usage.
     pub(crate) fn counts(&self) -> Counts {
         Counts {
@@ -273,6 +283,16 @@ impl SessionSnapshot {
                 self.counts()
             )));
         }
+        // The totals first, so an overflow changes nothing: extended from the current ones
+        // when the change keeps every usage entry (a turn), summed again otherwise.
+        let totals = if change.from.usage == self.usage.len() {
+            self.totals.checked_extend(&change.usage)
+        } else {
+            UsageTotals::checked_sum(&self.usage[..change.from.usage])
+                .and_then(|kept| kept.checked_extend(&change.usage))
+        }
+        .ok_or_else(|| Error::inconsistent("usage totals overflow a 64-bit counter"))?;
+        self.totals = totals;
         let transcript = Arc::make_mut(&mut self.transcript);
         transcript.truncate(change.from.messages);
         transcript.extend(change.messages);

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{encode_record_payload, Change, SessionSnapshot};
 
 /// A [`SessionStore`] that keeps snapshots in memory, with the same compare-and-swap
 /// semantics as the file store. Nothing survives the process.
@@ -36,9 +36,28 @@ pub struct MemorySessionStore {
 #[derive(Debug)]
 struct Stored {
     snapshot: SessionSnapshot,
-    /// The length of its JSON form, the size a listing reports.
-    bytes: u64,
+    /// The length of its JSON form ([`SessionStore::stored_bytes`]), once measured.
+    bytes: Option<u64>,
     archived: bool,
+}
+
+/// The change to append for `snapshot`, saved at `revision` over `stored`: `Some` if the
+/// snapshot knows it derives from exactly the stored state (the same revision, creation
+/// and update times and lengths), so that applying the change to `stored` gives it.
+fn appendable(
+    snapshot: &SessionSnapshot,
+    stored: &SessionSnapshot,
+    revision: Revision,
+) -> Option<Change> {
+    let provenance = snapshot.provenance()?;
+    let derives = provenance.revision == stored.revision()
+        && provenance.stored == stored.counts()
+        && provenance.updated_at == stored.updated_at()
+        && snapshot.created_at() == stored.created_at();
+    if !derives {
+        return None;
+    }
+    snapshot.change_since_stored(revision)
 }
 
 impl MemorySessionStore {
@@ -79,14 +98,27 @@ impl SessionStore for MemorySessionStore {
         }
         let archived = stored.is_some_and(|s| s.archived);
         let revision = snapshot.revision().next();
+        // A snapshot that derives from exactly the stored state appends what changed, as
+        // the file store's journal does: the cost is the turn's, not the session's.
+        if let Some(stored) = sessions.get_mut(snapshot.id()) {
+            if let Some(change) = appendable(snapshot, &stored.snapshot, revision) {
+                // Refuse what the file store would refuse (a record too deep to read back).
+                encode_record_payload(snapshot.id(), &change)?;
+                stored.snapshot.apply_change(change)?;
+                stored.bytes = None;
+                return Ok(revision);
+            }
+        }
         // Refuse what the file store would refuse (a snapshot too deep to read back), so
         // tests against this store do not pass where the file store fails.
         let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
         sessions.insert(
             snapshot.id().clone(),
             Stored {
-                snapshot: snapshot.clone().with_revision(revision),
-                bytes,
+                // A copy of its own, so the session that saved it extends its transcript
+                // without copying it (a shared one would be copied at its next message).
+                snapshot: snapshot.unshared().with_revision(revision),
+                bytes: Some(bytes),
                 archived,
             },
         );
@@ -130,10 +162,17 @@ impl SessionStore for MemorySessionStore {
     }
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
-        self.sessions()
-            .get(id)
-            .map(|s| Some(s.bytes))
-            .ok_or_else(|| Error::NotFound { id: id.clone() })
+        let mut sessions = self.sessions();
+        let stored = sessions
+            .get_mut(id)
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        // Measured when asked (a prune with a size limit), not at every append.
+        let bytes = match stored.bytes {
+            Some(bytes) => bytes,
+            None => stored.snapshot.to_json()?.len() as u64,
+        };
+        stored.bytes = Some(bytes);
+        Ok(Some(bytes))
     }
 
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
@@ -155,5 +194,64 @@ impl SessionStore for MemorySessionStore {
         check_unchanged(listed, stored)?;
         sessions.remove(&listed.id);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::{ContentBlock, Message};
+    use crate::usage::Usage;
+    use crate::RewindTo;
+
+    /// Appends, rewinds and whole rewrites, each saved over the last: what a load gives
+    /// back is exactly what was saved, totals included, and the size measured when asked
+    /// is the JSON's.
+    #[test]
+    fn appended_saves_load_back_exactly_and_measure_their_json() {
+        let store = MemorySessionStore::new();
+        let id = SessionId::parse("appends").expect("id");
+        let first = SessionSnapshot::builder(id.clone(), "m")
+            .build()
+            .expect("build");
+        store.save(&first).expect("create");
+        let mut current = store.load(&id).expect("load");
+        for step in 0..40_u64 {
+            let later = current.updated_at() + chrono::TimeDelta::seconds(1);
+            current = match step % 5 {
+                3 => {
+                    let mut rewound = current;
+                    rewound.rewind(RewindTo::LastTurns(1)).expect("rewind");
+                    rewound
+                }
+                // Built anew: written whole, between the appends.
+                4 => SessionSnapshot::builder(id.clone(), "m")
+                    .metadata_entry("step", step.into())
+                    .transcript(current.transcript().to_vec())
+                    .usage(current.usage().to_vec())
+                    .timestamps(current.created_at(), later)
+                    .build()
+                    .expect("rebuild")
+                    .with_revision(current.revision()),
+                _ => current
+                    .with_appended(
+                        vec![
+                            Message::user(format!("q{step}")),
+                            Message::assistant(vec![ContentBlock::text(format!("a{step}"))]),
+                        ],
+                        vec![Usage::new("m").with_tokens(step, 1)],
+                        later,
+                    )
+                    .expect("extend"),
+            };
+            let revision = store.save(&current).expect("save");
+            current = current.with_revision(revision);
+            let loaded = store.load(&id).expect("load");
+            assert_eq!(loaded, current, "step {step}");
+            assert_eq!(loaded.totals(), current.totals(), "step {step}");
+            let bytes = store.stored_bytes(&id).expect("size").expect("known");
+            assert_eq!(bytes, current.to_json().expect("encode").len() as u64);
+            current = loaded;
+        }
     }
 }
