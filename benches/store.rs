@@ -307,17 +307,7 @@ fn append_turn(c: &mut Criterion) {
 
     pace(&mut group, false);
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut journal = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.path().join("journal"))
-        .expect("open journal");
-    group.bench_function("baseline_append_fdatasync", |b| {
-        b.iter(|| {
-            journal.write_all(&turn_bytes).expect("append");
-            journal.sync_data().expect("fdatasync");
-        });
-    });
+    baseline_append_fdatasync(&mut group, dir.path(), &turn_bytes);
 
     for n in sizes() {
         pace(&mut group, n >= HEAVY_MESSAGES);
@@ -327,13 +317,7 @@ fn append_turn(c: &mut Criterion) {
             snapshot("bench", to_messages(&wire_transcript(n))),
             turn.clone(),
         );
-        group.bench_function(BenchmarkId::new("file_store", n), |b| {
-            b.iter_batched_ref(
-                || feeder.next(),
-                |next| feeder.save(next),
-                BatchSize::PerIteration,
-            );
-        });
+        save_turns(&mut group, BenchmarkId::new("file_store", n), &feeder);
         // Put back far less often: there is no journal to empty, and the first append
         // after a whole save grows the store's list once (a copy of N messages), which a
         // session saving after every turn pays once, not every 16 turns.
@@ -344,15 +328,36 @@ fn append_turn(c: &mut Criterion) {
             turn.clone(),
             MEMORY_REBASE_TURNS,
         );
-        group.bench_function(BenchmarkId::new("memory_store", n), |b| {
-            b.iter_batched_ref(
-                || feeder.next(),
-                |next| feeder.save(next),
-                BatchSize::PerIteration,
-            );
-        });
+        save_turns(&mut group, BenchmarkId::new("memory_store", n), &feeder);
     }
     group.finish();
+}
+
+/// `baseline_append_fdatasync`: `bytes` appended to an open file in `dir`, then
+/// `fdatasync`.
+fn baseline_append_fdatasync(group: &mut BenchmarkGroup<'_, WallTime>, dir: &Path, bytes: &[u8]) {
+    let mut journal = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("journal"))
+        .expect("open journal");
+    group.bench_function("baseline_append_fdatasync", |b| {
+        b.iter(|| {
+            journal.write_all(bytes).expect("append");
+            journal.sync_data().expect("fdatasync");
+        });
+    });
+}
+
+/// One more turn per iteration, saved through `feeder`'s store.
+fn save_turns(group: &mut BenchmarkGroup<'_, WallTime>, id: BenchmarkId, feeder: &TurnFeeder<'_>) {
+    group.bench_function(id, |b| {
+        b.iter_batched_ref(
+            || feeder.next(),
+            |next| feeder.save(next),
+            BatchSize::PerIteration,
+        );
+    });
 }
 
 /// About the size of the journal record a rewind of one turn appends (a frame header, the
@@ -364,18 +369,7 @@ fn rewind(c: &mut Criterion) {
     let mut group = c.benchmark_group("rewind");
     pace(&mut group, false);
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut journal = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.path().join("journal"))
-        .expect("open journal");
-    let record = vec![b'r'; REWIND_RECORD_BYTES];
-    group.bench_function("baseline_append_fdatasync", |b| {
-        b.iter(|| {
-            journal.write_all(&record).expect("append");
-            journal.sync_data().expect("fdatasync");
-        });
-    });
+    baseline_append_fdatasync(&mut group, dir.path(), &[b'r'; REWIND_RECORD_BYTES]);
     for n in sizes() {
         pace(&mut group, n >= HEAVY_MESSAGES);
         let store = FileSessionStore::open(dir.path().join(format!("store{n}"))).expect("open");
