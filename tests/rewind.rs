@@ -52,16 +52,26 @@ fn conversation(id: &str, turns: usize) -> SessionSnapshot {
         .expect("build")
 }
 
+/// A harness over the file store at `root` (opened anew, as a new process would), whose
+/// engines call the calculator once a turn and log what they were sent to `log`.
+fn file_harness(
+    root: &Path,
+    log: &RequestLog,
+) -> Harness<impl Fn() -> ToolThenAnswerEngine + Send + Sync + 'static> {
+    let log = log.clone();
+    Harness::builder(FileSessionStore::open(root).expect("open"), move || {
+        ToolThenAnswerEngine::new(log.clone())
+    })
+    .build()
+}
+
 #[tokio::test]
 async fn a_rewound_session_resumes_in_a_fresh_store_exactly_as_rewound() {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("sessions");
     let log = RequestLog::default();
     let calculator = Calculator::shared();
-    let harness = Harness::builder(FileSessionStore::open(&root).expect("open"), || {
-        ToolThenAnswerEngine::new(log.clone())
-    })
-    .build();
+    let harness = file_harness(&root, &log);
     let mut session = harness
         .new_session(SessionOptions::new(MODEL).tools(calculator.clone()))
         .expect("new");
@@ -101,10 +111,7 @@ async fn the_model_never_sees_and_the_loop_never_reruns_rewound_tool_calls() {
     let root = dir.path().join("sessions");
     let log = RequestLog::default();
     let calculator = Calculator::shared();
-    let harness = Harness::builder(FileSessionStore::open(&root).expect("open"), || {
-        ToolThenAnswerEngine::new(log.clone())
-    })
-    .build();
+    let harness = file_harness(&root, &log);
     let mut session = harness
         .new_session(SessionOptions::new(MODEL).tools(calculator.clone()))
         .expect("new");
@@ -119,10 +126,7 @@ async fn the_model_never_sees_and_the_loop_never_reruns_rewound_tool_calls() {
     let id = session.id().clone();
     drop(session);
 
-    let resumed_harness = Harness::builder(FileSessionStore::open(&root).expect("reopen"), || {
-        ToolThenAnswerEngine::new(log.clone())
-    })
-    .build();
+    let resumed_harness = file_harness(&root, &log);
     let mut resumed = resumed_harness
         .resume_session(
             &id,
