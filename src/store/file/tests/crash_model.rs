@@ -57,7 +57,7 @@ use super::fault_injection::{
 };
 use crate::error::Error;
 use crate::id::SessionId;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{RewindTo, SessionSnapshot};
 use crate::store::file::atomic::ReplaceError;
 use crate::store::file::fs::{FileSystem, OsFileSystem};
 use crate::store::file::FileSessionStore;
@@ -703,6 +703,9 @@ enum Action {
     /// An append sized to bring the journal to about [`FILL_TO`] bytes, just under its
     /// 64 KiB bound, so that the next append compacts.
     Fill,
+    /// Loads the session and rewinds its last turn ([`RewindTo::LastTurns`]): an append of
+    /// a record that keeps fewer messages and adds none.
+    Rewind,
     Delete,
     /// Archives the session (`true`) or restores it.
     Archive(bool),
@@ -903,6 +906,32 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     Some(Stored {
                         base: base_after,
                         snapshot: saved(&next),
+                        archived: current.as_ref().is_some_and(|c| c.archived),
+                    }),
+                )
+            }
+            Action::Rewind => {
+                let store = store.as_ref().expect("rewinds go through the store");
+                let mut loaded = store.load(&id).expect("load before a rewind");
+                // The load changed nothing on disk: its calls are no crash points.
+                fs.take_log();
+                loaded
+                    .rewind(RewindTo::LastTurns(1))
+                    .expect("rewind the last turn");
+                let base_before = std::fs::read(&target).expect("read the base");
+                let result = store.save(&loaded).map(|_| ()).map_err(|e| e.to_string());
+                let base_after = std::fs::read(&target).expect("read the base");
+                let what = if base_after == base_before {
+                    "rewind"
+                } else {
+                    "rewind (compaction)"
+                };
+                (
+                    format!("{what} of revision {}", revision + 1),
+                    result,
+                    Some(Stored {
+                        base: base_after,
+                        snapshot: saved(&loaded),
                         archived: current.as_ref().is_some_and(|c| c.archived),
                     }),
                 )
@@ -1342,10 +1371,12 @@ fn store_plan() -> Vec<Action> {
 /// started again at offset 0, filled close to its bound and compacted (a rewrite), started
 /// again, deleted with the session, and started once more for a new session of that id.
 fn journal_plan() -> Vec<Action> {
-    use Action::{Append, Delete, Fill, Save};
+    use Action::{Append, Delete, Fill, Rewind, Save};
     vec![
         Save,
         Append(150),
+        Append(150),
+        Rewind,
         Append(150),
         Save,
         Append(150),
@@ -1578,11 +1609,13 @@ fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_ne
     let records = record_run(Writer::Store, &journal_plan(), Start::Existing);
     // The run is the one described: the journal started three times (a first append, an
     // append after a rewrite emptied it, an append after the compaction emptied it) and
-    // once more after the delete, appended to, and compacted once.
+    // once more after the delete, appended to, rewound (a record that keeps fewer
+    // messages and adds none) and appended to again, and compacted once.
     let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
     let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("append (the journal started)"), 4, "{labels:?}");
-    assert_eq!(count("append of"), 2, "{labels:?}");
+    assert_eq!(count("append of"), 3, "{labels:?}");
+    assert_eq!(count("rewind of"), 1, "{labels:?}");
     assert_eq!(count("append filling"), 1, "{labels:?}");
     assert_eq!(count("compaction"), 1, "{labels:?}");
     assert_eq!(count("delete"), 1, "{labels:?}");
