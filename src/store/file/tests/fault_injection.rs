@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::id::SessionId;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{RewindTo, SessionSnapshot};
 use crate::store::file::atomic::{self, ReplaceError};
 use crate::store::file::fs::{FileSystem, OsFileSystem};
 use crate::store::file::FileSessionStore;
@@ -2332,14 +2332,18 @@ enum JournalCase {
     /// An append that would take the journal past its bound (64 KiB here): a full rewrite
     /// of the base instead, and the journal emptied.
     Compaction,
+    /// A rewind of the last turn, to a journal that holds records: an append of a record
+    /// that keeps fewer messages and adds none.
+    Rewind,
 }
 
-const JOURNAL_CASES: [JournalCase; 5] = [
+const JOURNAL_CASES: [JournalCase; 6] = [
     JournalCase::FirstAppend,
     JournalCase::Append,
     JournalCase::AfterRewrite,
     JournalCase::OverStaleJournal,
     JournalCase::Compaction,
+    JournalCase::Rewind,
 ];
 
 /// Size of the three turns that fill the journal close to its 64 KiB bound before a
@@ -2368,7 +2372,7 @@ fn prepare_journal_case(
     };
     match case {
         JournalCase::FirstAppend => {}
-        JournalCase::Append => {
+        JournalCase::Append | JournalCase::Rewind => {
             append(&store, "first turn", 200)?;
         }
         JournalCase::AfterRewrite | JournalCase::OverStaleJournal => {
@@ -2411,7 +2415,15 @@ fn prepare_journal_case(
     } else {
         150
     };
-    let next = appended(&old, "new turn", size);
+    let next = if case == JournalCase::Rewind {
+        let mut rewound = old.clone();
+        rewound
+            .rewind(RewindTo::LastTurns(1))
+            .map_err(|e| setup("rewind", e))?;
+        rewound
+    } else {
+        appended(&old, "new turn", size)
+    };
     fs.disarm();
     Ok((store, old, next))
 }
@@ -2730,6 +2742,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         (JournalCase::AfterRewrite, &append, false),
         (JournalCase::OverStaleJournal, &from_files, false),
         (JournalCase::Compaction, &compaction, true),
+        (JournalCase::Rewind, &append, false),
     ] {
         assert_eq!(
             clean_journal_calls(case),
