@@ -807,6 +807,12 @@ fn take_string(
     }
 }
 
+/// A conversion error about one block: `at` names it (its index in the message's content
+/// and its type), `why` says what is wrong.
+fn block_error(provider: &'static str, at: &str, why: impl std::fmt::Display) -> Error {
+    conversion(provider, format!("{at}: {why}"))
+}
+
 fn conversion(provider: &'static str, problem: impl Into<String>) -> Error {
     Error::Conversion {
         provider,
