@@ -314,11 +314,11 @@ pub(super) fn encode(message: &Message) -> Result<Value> {
                     ),
                 ))
             }
-            other => parts.push((index, other)),
+            other => parts.push((other, encode_part(other, message.role, &At::top(index, ""))?)),
         }
     }
     let content = match (message.wire.content, parts.as_slice()) {
-        (ContentShape::String, [(_, ContentBlock::Text(t))]) if t.extra.is_empty() => {
+        (ContentShape::String, [(ContentBlock::Text(t), _)]) if t.extra.is_empty() => {
             Some(Value::String(t.text.clone()))
         }
         (ContentShape::Null, []) => Some(Value::Null),
@@ -327,10 +327,7 @@ pub(super) fn encode(message: &Message) -> Result<Value> {
         // text): OpenAI wants `null` content, not an empty list.
         (ContentShape::Blocks, []) if json_arguments => Some(Value::Null),
         _ => Some(Value::Array(
-            parts
-                .iter()
-                .map(|(index, block)| encode_part(block, message.role, &At::top(*index, "")))
-                .collect::<Result<_>>()?,
+            parts.into_iter().map(|(_, part)| part).collect(),
         )),
     };
     if let Some(content) = content {
