@@ -16,7 +16,7 @@
 //! | keep sessions in memory (tests) | [`MemorySessionStore`] |
 //! | store sessions somewhere else | implement [`SessionStore`] |
 //! | read or build the persisted state | [`SessionSnapshot`] |
-//! | convert OpenAI or Anthropic messages losslessly | [`Message::from_openai_chat`], [`Message::from_anthropic`] |
+//! | convert OpenAI or Anthropic messages losslessly, or from one provider to the other | [`Message::from_openai_chat`], [`Message::from_anthropic`], [`Message::to_openai_chat`], [`Message::to_anthropic`] |
 //! | keep API keys and tokens out of stored snapshots | [`PatternRedactor`] with [`HarnessBuilder::redactor`] |
 //! | branch a session, archive it, prune old ones | [`SessionStoreExt::fork`], [`SessionStore::set_archived`], [`SessionStoreExt::prune`] with a [`PrunePolicy`] |
 //! | move sessions to another machine or store | [`SessionStoreExt::export`] to a [`Bundle`], [`SessionStoreExt::import`] |

@@ -30,7 +30,8 @@ use crate::json::{self, strict};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// Instructions from the application (OpenAI's `system` and `developer`).
+    /// Instructions from the application (OpenAI's `system` and `developer`, Anthropic's
+    /// mid-conversation `system` messages).
     System,
     /// The person using the agent (and, in Anthropic's API, tool results).
     User,
@@ -194,20 +195,46 @@ impl Message {
     ///
     /// [`Error::Conversion`] if `message` is not an object, has an unknown role, has
     /// `tool_calls` / `tool_call_id` of the wrong shape, or nests deeper than a stored
-    /// session can hold (125 levels for the message as stored).
+    /// session can hold (125 levels for the message as stored). Also if it holds what only
+    /// Anthropic sends, which OpenAI does not accept and [`to_openai_chat`](Self::to_openai_chat)
+    /// would translate or refuse: a part of an Anthropic block type (`image`, `thinking`,
+    /// `server_tool_use`, ...), `citations` on a text part, or `caller` on a tool call. Import
+    /// such a message with [`Message::from_anthropic`].
     pub fn from_openai_chat(message: &Value) -> Result<Self> {
         check_wire_depth("openai-chat", message)?;
         checked_depth("openai-chat", openai::decode(message)?)
     }
 
-    /// Converts back to OpenAI Chat Completions form. A message that came from
+    /// Converts to OpenAI Chat Completions form. A message that came from
     /// [`Message::from_openai_chat`] and was not modified comes back equal to the input.
+    ///
+    /// A message from Anthropic ([`Message::from_anthropic`]) is translated where the
+    /// translation is exact:
+    ///
+    /// * an `image` block with a `base64` source becomes an `image_url` part with a
+    ///   `data:<media_type>;base64,<data>` URL, one with a `url` source an `image_url` part
+    ///   with that URL (in user messages only);
+    /// * a user message holding exactly one tool result becomes a `tool` message;
+    /// * an assistant message holding only tool calls gets `"content": null`;
+    /// * `citations: null` (or `[]`) on text and `caller: {"type": "direct"}` on a tool call
+    ///   are dropped; a `system` message stays a `system` message.
+    ///
+    /// Block types and fields that are neither provider's known ones are given back
+    /// verbatim and not checked.
     ///
     /// # Errors
     ///
-    /// [`Error::Conversion`] if the message cannot be expressed in that form, such as a
-    /// [`Role::Tool`] message without exactly one tool result, or a tool result in a
-    /// non-tool message; or if it nests deeper than a stored session can hold.
+    /// [`Error::Conversion`] if the message cannot be expressed in that form: a
+    /// [`Role::Tool`] message without exactly one tool result, or a tool result elsewhere
+    /// than alone in a user message; or if it nests deeper than a stored session can hold.
+    /// Also, naming the block (its index in `content` and its type) and why, for what OpenAI
+    /// Chat has no place for: Anthropic-only blocks (`thinking`, `redacted_thinking`,
+    /// `document`, `search_result`, `server_tool_use`, `web_search_tool_result`,
+    /// `code_execution_tool_result` and the other server-tool results, `container_upload`,
+    /// `mid_conv_system`, ...), images outside user messages or with another source
+    /// (a Files API `file`), a tool result marked as an error, text with citations, and
+    /// tool calls made by a server tool (`caller` of another type). Drop or rewrite the
+    /// block and convert again.
     pub fn to_openai_chat(&self) -> Result<Value> {
         checked_depth("openai-chat", self)?;
         openai::encode(self)
@@ -218,23 +245,66 @@ impl Message {
     /// [`ContentBlock::ToolResult`], `text` becomes [`ContentBlock::Text`], and every other
     /// block (thinking with its signature, server tools, images) is kept verbatim.
     ///
+    /// `role: "system"` becomes [`Role::System`]. These are Anthropic's mid-conversation
+    /// system messages (`MessageParam.role` includes `"system"` since anthropic-sdk-python
+    /// 0.105, and the API documents them for Claude Opus 4.8): their content is a string or
+    /// text blocks (the API refuses images, documents, tool blocks and citations there), and
+    /// the message may carry `cache_control`. The API also has placement rules (not first,
+    /// right after a user turn, never two in a row), which a single message cannot be checked
+    /// against. They are kept as they came and given back unchanged.
+    ///
     /// # Errors
     ///
-    /// [`Error::Conversion`] if `message` is not an object, has a role other than `user` or
-    /// `assistant`, has a `tool_use` / `tool_result` block of the wrong shape, or nests
-    /// deeper than a stored session can hold (125 levels for the message as stored).
+    /// [`Error::Conversion`] if `message` is not an object, has a role other than `user`,
+    /// `assistant` or `system`, has a `tool_use` / `tool_result` block of the wrong shape
+    /// (including a `tool_use` whose `input` is not a JSON object), or nests deeper than a
+    /// stored session can hold (125 levels for the message as stored). Also if it holds what
+    /// only OpenAI sends, which Anthropic does not accept and [`to_anthropic`](Self::to_anthropic)
+    /// would translate or refuse: an OpenAI message field (`name`, `refusal`, `audio`,
+    /// `function_call`, `annotations`, `tool_calls`, `tool_call_id`), an OpenAI part type
+    /// (`image_url`, `input_audio`, `file`, `refusal`, and the Responses API's `input_text`,
+    /// `output_text`, `input_image`, `input_file`), or `index` on a `tool_use`. Import such
+    /// a message with [`Message::from_openai_chat`].
     pub fn from_anthropic(message: &Value) -> Result<Self> {
         check_wire_depth("anthropic", message)?;
         checked_depth("anthropic", anthropic::decode(message)?)
     }
 
-    /// Converts back to Anthropic Messages form. A message that came from
+    /// Converts to Anthropic Messages form. A message that came from
     /// [`Message::from_anthropic`] and was not modified comes back equal to the input.
+    ///
+    /// A [`Role::System`] message is written with `role: "system"` (a mid-conversation
+    /// system message; see [`Message::from_anthropic`] for what the API accepts there and
+    /// where); a [`Role::Tool`] message becomes a user message with a `tool_result`.
+    ///
+    /// A message from OpenAI ([`Message::from_openai_chat`]) is translated where the
+    /// translation is exact:
+    ///
+    /// * tool-call arguments kept as text become the `input` object they spell; empty or
+    ///   blank text becomes `{}` (OpenAI sends `""` for a call without arguments);
+    /// * an `image_url` part becomes an `image` block: a `data:<media_type>;base64,<data>`
+    ///   URL a `base64` source (jpeg, png, gif or webp), an http(s) URL a `url` source; its
+    ///   `detail` hint is dropped;
+    /// * the OpenAI fields `name`, `refusal`, `audio`, `function_call`, `annotations`,
+    ///   `tool_calls` and `tool_call_id` are dropped when `null` or empty, and a streamed
+    ///   call's `index` is dropped.
+    ///
+    /// Block types and fields that are neither provider's known ones are given back
+    /// verbatim and not checked.
     ///
     /// # Errors
     ///
-    /// [`Error::Conversion`] if the message cannot be expressed in that form (a system
-    /// message), or nests deeper than a stored session can hold.
+    /// [`Error::Conversion`] if the message nests deeper than a stored session can hold;
+    /// and, naming the block (its index in `content` and its type, and the call id for a tool
+    /// call) or the field, and why:
+    ///
+    /// * tool-call arguments that are not a JSON object (text that is not JSON, or JSON that
+    ///   is an array, string, number, boolean or `null`), as text or as a value;
+    /// * images in system or assistant messages, or that Anthropic cannot take (another
+    ///   media type, a `data:` URL not in base64, another URL scheme);
+    /// * OpenAI-only parts: `input_audio`, `file`, `refusal`, and the Responses API's
+    ///   `input_text`, `output_text`, `input_image`, `input_file`;
+    /// * any of the OpenAI fields above with a value.
     pub fn to_anthropic(&self) -> Result<Value> {
         checked_depth("anthropic", self)?;
         anthropic::encode(self)
