@@ -1,0 +1,295 @@
+//! Messages the crate exports validate against the official provider SDKs' own request
+//! types (Python `openai` and `anthropic`, their pydantic models, undeclared fields
+//! refused), not only against the crate's understanding of the APIs.
+//!
+//! Three sets, each exported with `to_openai_chat` / `to_anthropic` and checked by
+//! `scripts/provider_sdk_check.py`:
+//! - the recorded transcripts of `../shared/fidelity/` (when present), given back to their
+//!   own provider;
+//! - the same messages exported to the *other* provider, where the export succeeds (the
+//!   ones it refuses are counted, not checked);
+//! - messages built with the crate's own constructors: prompts, replies, tool calls with
+//!   JSON and text arguments, tool results (ok, error, blocks), system messages.
+//!
+//! Feature `provider-sdk-tests` (on under `scripts/test`, which installs the SDKs into a
+//! virtual environment with `scripts/provider-sdks.sh` and sets `AGENT_SESSION_SDK_PYTHON`).
+//! With the feature on and no such Python, the test fails saying how to get one; without
+//! the feature it prints why nothing ran.
+
+#[cfg(not(feature = "provider-sdk-tests"))]
+#[test]
+fn the_provider_sdk_check_needs_its_feature() {
+    eprintln!(
+        "skipped: the provider SDK check needs the `provider-sdk-tests` feature and the SDKs; \
+         run scripts/test (it installs them and passes --all-features)"
+    );
+}
+
+#[cfg(feature = "provider-sdk-tests")]
+mod check {
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use agent_session::{ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult};
+    use serde_json::{json, Value};
+
+    /// One message to check: which request type, what it is, and its JSON.
+    struct Case {
+        api: &'static str,
+        label: String,
+        message: Value,
+    }
+
+    fn python() -> PathBuf {
+        match std::env::var_os("AGENT_SESSION_SDK_PYTHON") {
+            Some(path) => PathBuf::from(path),
+            None => panic!(
+                "AGENT_SESSION_SDK_PYTHON is not set: run scripts/test, which installs the \
+                 provider SDKs (scripts/provider-sdks.sh) and sets it, or point it at a \
+                 Python with the pinned openai, anthropic and pydantic packages"
+            ),
+        }
+    }
+
+    fn recordings() -> Vec<(String, String, Option<String>, Vec<Value>)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fidelity");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            eprintln!(
+                "{} is absent: checking the crate's own messages only",
+                dir.display()
+            );
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = entries
+            .map(|e| e.expect("a directory entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        files
+            .into_iter()
+            .map(|path| {
+                let value: Value =
+                    serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+                (
+                    path.file_stem()
+                        .expect("a name")
+                        .to_string_lossy()
+                        .into_owned(),
+                    value["provider"].as_str().expect("provider").to_owned(),
+                    value["api"].as_str().map(str::to_owned),
+                    value["messages"].as_array().expect("messages").clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The request type a recording's messages are checked against.
+    fn api_of(provider: &str, api: Option<&str>) -> &'static str {
+        match (provider, api) {
+            ("anthropic", _) => "anthropic",
+            (_, Some(api)) if api.contains("responses") => "openai-responses",
+            _ => "openai-chat",
+        }
+    }
+
+    /// Messages built with the crate's constructors, as an application builds them.
+    fn built() -> Vec<(&'static str, Message)> {
+        let call = |id: &str| ToolCall::new(id, "read_file", json!({"path": "src/lib.rs"}));
+        vec![
+            ("a prompt", Message::user("What does this crate do?")),
+            ("a system prompt", Message::system("Be brief.")),
+            (
+                "a reply",
+                Message::assistant(vec![ContentBlock::text("It saves sessions.")]),
+            ),
+            (
+                "a reply of two text blocks",
+                Message::assistant(vec![
+                    ContentBlock::Text(TextBlock::new("One.")),
+                    ContentBlock::text("Two."),
+                ]),
+            ),
+            (
+                "a tool call with JSON arguments",
+                Message::assistant(vec![ContentBlock::tool_call(call("c1"))]),
+            ),
+            (
+                "a tool call with text arguments",
+                Message::assistant(vec![ContentBlock::tool_call(ToolCall::with_raw_arguments(
+                    "c2",
+                    "grep",
+                    "{\"pattern\": \"fn main\"}",
+                ))]),
+            ),
+            (
+                "text and two tool calls",
+                Message::assistant(vec![
+                    ContentBlock::text("Reading both."),
+                    ContentBlock::tool_call(call("c3")),
+                    ContentBlock::tool_call(call("c4")),
+                ]),
+            ),
+            (
+                "a tool result",
+                Message::tool_result(ToolResult::new("c1", "pub mod store;")),
+            ),
+            (
+                "a failed tool result",
+                Message::tool_result(ToolResult::error("c2", "no such file")),
+            ),
+            (
+                "a user message holding a tool result",
+                Message::new(
+                    Role::User,
+                    vec![ContentBlock::tool_result(ToolResult::new("c5", "ok"))],
+                ),
+            ),
+        ]
+    }
+
+    fn export(provider: &str, message: &Message) -> agent_session::Result<Value> {
+        if provider == "anthropic" {
+            message.to_anthropic()
+        } else {
+            message.to_openai_chat()
+        }
+    }
+
+    fn other(provider: &str) -> &'static str {
+        if provider == "anthropic" {
+            "openai"
+        } else {
+            "anthropic"
+        }
+    }
+
+    /// Runs the check on `cases`; returns its exit status and output.
+    fn run_check(cases: &[Case]) -> (std::process::ExitStatus, String, String) {
+        let mut file = tempfile::NamedTempFile::new().expect("a temporary file");
+        for case in cases {
+            let line = json!({"api": case.api, "label": case.label, "message": case.message});
+            writeln!(file, "{line}").expect("write a case");
+        }
+        file.flush().expect("flush");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/provider_sdk_check.py");
+        let output = Command::new(python())
+            .arg(&script)
+            .arg(file.path())
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    /// The negative control: what the exports were before they were checked (Anthropic
+    /// `input: ""`, a thinking block in OpenAI content, an OpenAI field on an Anthropic
+    /// message, an `image_url` part sent to Anthropic) is refused by the check, each one.
+    #[test]
+    fn the_check_refuses_the_invalid_exports_it_is_there_to_catch() {
+        let invalid = [
+            (
+                "anthropic",
+                json!({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "c", "name": "f", "input": ""}]}),
+            ),
+            (
+                "openai-chat",
+                json!({"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "s"}]}),
+            ),
+            (
+                "anthropic",
+                json!({"role": "assistant", "content": "x", "refusal": "no"}),
+            ),
+            (
+                "anthropic",
+                json!({"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}),
+            ),
+        ];
+        let cases: Vec<Case> = invalid
+            .iter()
+            .enumerate()
+            .map(|(i, (api, message))| Case {
+                api,
+                label: format!("invalid {i}"),
+                message: message.clone(),
+            })
+            .collect();
+        let (status, stdout, stderr) = run_check(&cases);
+        assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
+        let last: Value = stdout
+            .lines()
+            .last()
+            .and_then(|line| serde_json::from_str(line).ok())
+            .expect("a summary line");
+        assert_eq!(last["invalid"], json!(invalid.len()), "{stdout}");
+    }
+
+    #[test]
+    fn exported_messages_validate_against_the_official_sdk_types() {
+        let mut cases = Vec::new();
+        let mut refused = Vec::new();
+        for (name, provider, api, messages) in recordings() {
+            for (i, wire) in messages.iter().enumerate() {
+                let message = if provider == "anthropic" {
+                    Message::from_anthropic(wire)
+                } else {
+                    Message::from_openai_chat(wire)
+                }
+                .unwrap_or_else(|e| panic!("{name} message {i}: {e}"));
+                cases.push(Case {
+                    api: api_of(&provider, api.as_deref()),
+                    label: format!("{name} message {i}, back to {provider}"),
+                    message: export(&provider, &message)
+                        .unwrap_or_else(|e| panic!("{name} message {i}: {e}")),
+                });
+                let to = other(&provider);
+                match export(to, &message) {
+                    Ok(exported) => cases.push(Case {
+                        api: api_of(to, None),
+                        label: format!("{name} message {i}, exported to {to}"),
+                        message: exported,
+                    }),
+                    Err(e) => refused.push(format!("{name} message {i} to {to}: {e}")),
+                }
+            }
+        }
+        for (what, message) in built() {
+            for to in ["openai", "anthropic"] {
+                match export(to, &message) {
+                    Ok(exported) => cases.push(Case {
+                        api: api_of(to, None),
+                        label: format!("{what}, exported to {to}"),
+                        message: exported,
+                    }),
+                    Err(e) => refused.push(format!("{what} to {to}: {e}")),
+                }
+            }
+        }
+
+        let (status, stdout, stderr) = run_check(&cases);
+        println!("{stdout}");
+        println!(
+            "{} messages refused on export (not checked):\n  {}",
+            refused.len(),
+            refused.join("\n  ")
+        );
+        assert!(
+            status.success(),
+            "messages the crate exports do not validate against the SDK types \
+             (status {status}):\n{stdout}\n{stderr}"
+        );
+        let last: Value = stdout
+            .lines()
+            .last()
+            .and_then(|line| serde_json::from_str(line).ok())
+            .expect("a summary line");
+        assert_eq!(last["checked"], json!(cases.len()), "{stdout}");
+        assert!(cases.len() >= 20, "only {} messages checked", cases.len());
+    }
+}
