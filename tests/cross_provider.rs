@@ -522,3 +522,38 @@ fn the_structural_checks_refuse_invalid_messages() {
         assert!(check_openai(&bad).is_err(), "{bad}");
     }
 }
+
+/// Gemini's OpenAI compatibility mode names the model's turns `model`: they import as
+/// assistant messages (so the session loop pairs their tool calls), survive the store, come
+/// back as `model`, and export to Anthropic as `assistant`.
+#[test]
+fn gemini_compatibility_mode_model_turns_round_trip_and_export_as_assistant() {
+    let turns = [
+        json!({"role": "user", "content": "What is 2 + 2?"}),
+        json!({"role": "model", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":2,\"b\":2}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": "4"}),
+        json!({"role": "model", "content": "4."}),
+    ];
+    let messages: Vec<Message> = turns
+        .iter()
+        .map(|m| Message::from_openai_chat(m).expect("import"))
+        .collect();
+    assert_eq!(messages[1].role, Role::Assistant);
+    assert_eq!(messages[3].role, Role::Assistant);
+    let snapshot = agent_session::SessionSnapshot::builder(
+        agent_session::SessionId::parse("gemini").expect("id"),
+        "gemini-2.5-flash",
+    )
+    .transcript(messages)
+    .build()
+    .expect("the call pairs with its result");
+    assert_eq!(snapshot.tool_calls().len(), 1);
+    let loaded = agent_session::SessionSnapshot::from_json(&snapshot.to_json().expect("encode"))
+        .expect("decode");
+    for (message, original) in loaded.transcript().iter().zip(&turns) {
+        assert_eq!(&message.to_openai_chat().expect("export"), original);
+    }
+    let to_anthropic = loaded.transcript()[3].to_anthropic().expect("export");
+    assert_eq!(to_anthropic["role"], json!("assistant"));
+}

@@ -123,6 +123,12 @@ fn a_role_alias_other_than_developer_on_a_system_message_is_refused() {
     );
     value["transcript"][0]["role"] = json!("system");
     SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap();
+    // "model" belongs to assistant messages only.
+    value["transcript"][0]["wire"] = json!({"role": "model"});
+    let err = SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("role alias \"model\""), "{err}");
+    value["transcript"][0]["role"] = json!("assistant");
+    SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap();
 }
 
 #[test]

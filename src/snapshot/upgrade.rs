@@ -51,18 +51,28 @@ pub(crate) fn upgrade(document: Value, from: u64) -> serde_json::Result<Value> {
 /// this to skip the upgrade). A step that renames, moves or changes a field must make this
 /// false for the versions before it.
 pub(crate) fn only_adds_fields_since(from: u64) -> bool {
-    // 1 -> 2 adds `lineage`.
+    // 1 -> 2 adds `lineage` and the role alias `"model"`.
     from >= u64::from(OLDEST_SCHEMA_VERSION)
 }
 
-/// Version 2 added `lineage` (omitted when the session is not a fork), so a version 1
-/// document is a version 2 document as it stands; one that already has the field was not
-/// written by a version 1 release.
+/// Version 2 added `lineage` (omitted when the session is not a fork) and the message
+/// role alias `"model"`, so a version 1 document is a version 2 document as it stands; one
+/// that already has either was not written by a version 1 release.
 fn v1_to_v2(document: Map<String, Value>) -> serde_json::Result<Map<String, Value>> {
     if document.contains_key("lineage") {
         return Err(serde_json::Error::custom(
             "unknown field `lineage` in a schema version 1 snapshot (forks were added in version 2)",
         ));
+    }
+    let messages = document.get("transcript").and_then(Value::as_array);
+    if let Some(m) = messages
+        .into_iter()
+        .flatten()
+        .position(|message| message.pointer("/wire/role") == Some(&Value::from("model")))
+    {
+        return Err(serde_json::Error::custom(format!(
+            "message {m} of a schema version 1 snapshot has the role alias \"model\", which was added in version 2"
+        )));
     }
     Ok(document)
 }
@@ -94,6 +104,15 @@ mod tests {
         let v1 = json!({"schema_version": 1, "id": "s", "lineage": {}});
         let error = upgrade(v1, 1).expect_err("lineage did not exist in version 1");
         assert!(error.to_string().contains("lineage"), "{error}");
+    }
+
+    #[test]
+    fn a_version_1_document_with_the_model_alias_is_refused() {
+        let v1 = json!({"schema_version": 1, "id": "s", "transcript": [
+            {"role": "user", "content": []},
+            {"role": "assistant", "content": [], "wire": {"role": "model"}}]});
+        let error = upgrade(v1, 1).expect_err("\"model\" did not exist in version 1");
+        assert!(error.to_string().contains("message 1"), "{error}");
     }
 
     #[test]

@@ -135,10 +135,11 @@ pub(crate) fn check_metadata_depth(id: &SessionId, metadata: &Map<String, Value>
 /// a system message): any other would change the role a provider is sent.
 pub(super) fn check_role_alias(m: usize, message: &Message) -> Result<()> {
     match message.wire.role {
-        Some(alias) if message.role != Role::System => Err(Error::inconsistent(format!(
-            "message {m} has role {:?} with the role alias {:?}; only a system message may carry the alias \"developer\"",
+        Some(alias) if message.role != alias.role() => Err(Error::inconsistent(format!(
+            "message {m} has role {:?} with the role alias {:?}, which is for {:?} messages (\"developer\" for system, \"model\" for assistant)",
             message.role,
-            alias.as_str()
+            alias.as_str(),
+            alias.role()
         ))),
         _ => Ok(()),
     }

@@ -187,7 +187,9 @@ impl Message {
     /// Converts a message in OpenAI Chat Completions form (`role`, `content` as a string,
     /// `null` or a list of parts, `tool_calls`, `tool_call_id`, and any other field).
     ///
-    /// `developer` becomes [`Role::System`]; a `tool` message becomes one
+    /// `developer` becomes [`Role::System`], and `model` (the role Gemini's OpenAI
+    /// compatibility mode gives the model's turns) [`Role::Assistant`], each given back
+    /// under its own name; a `tool` message becomes one
     /// [`ContentBlock::ToolResult`]; text parts become [`ContentBlock::Text`]; every other
     /// part and field is kept verbatim. Tool-call `arguments` strings are kept byte for byte.
     ///
@@ -748,12 +750,24 @@ pub(crate) struct MessageWire {
 pub(crate) enum RoleAlias {
     /// OpenAI's `developer`, for a system message.
     Developer,
+    /// `model`, for an assistant message: the role Gemini's OpenAI compatibility mode
+    /// gives the model's turns (its native `generateContent` role).
+    Model,
 }
 
 impl RoleAlias {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             RoleAlias::Developer => "developer",
+            RoleAlias::Model => "model",
+        }
+    }
+
+    /// The neutral role a message with this alias has.
+    pub(crate) fn role(self) -> Role {
+        match self {
+            RoleAlias::Developer => Role::System,
+            RoleAlias::Model => Role::Assistant,
         }
     }
 }
@@ -772,8 +786,9 @@ impl<'de> Deserialize<'de> for RoleAlias {
         let alias = String::deserialize(d)?;
         match alias.as_str() {
             "developer" => Ok(RoleAlias::Developer),
+            "model" => Ok(RoleAlias::Model),
             other => Err(serde::de::Error::custom(format!(
-                "the role alias {other:?} is not one a codec records; only a system message may carry the alias \"developer\""
+                "the role alias {other:?} is not one a codec records: a system message may carry \"developer\" and an assistant message \"model\""
             ))),
         }
     }

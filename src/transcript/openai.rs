@@ -60,28 +60,33 @@ pub(super) fn only_part(kind: &str) -> Option<&'static str> {
         .map(|(_, what)| *what)
 }
 
-pub(super) fn decode(message: &Value) -> Result<Message> {
-    let mut object = as_object(message, PROVIDER, "a message")?;
-    let role_name = take_string(&mut object, "role", PROVIDER)?;
-    let mut wire = MessageWire::default();
-    let role = match role_name.as_str() {
-        "system" => Role::System,
-        "developer" => {
-            wire.role = Some(RoleAlias::Developer);
-            Role::System
-        }
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" => Role::Tool,
+/// The neutral role of an OpenAI role name, with the alias that gives the name back.
+fn decode_role(name: &str) -> Result<(Role, Option<RoleAlias>)> {
+    Ok(match name {
+        "system" => (Role::System, None),
+        "developer" => (Role::System, Some(RoleAlias::Developer)),
+        "user" => (Role::User, None),
+        "assistant" => (Role::Assistant, None),
+        // Gemini's OpenAI compatibility mode names the model's turns as Gemini does.
+        "model" => (Role::Assistant, Some(RoleAlias::Model)),
+        "tool" => (Role::Tool, None),
         other => {
             return Err(conversion(
                 PROVIDER,
                 format!(
-                    "unknown role {other:?} (expected system, developer, user, assistant or tool)"
+                    "unknown role {other:?} (expected system, developer, user, assistant, model or tool)"
                 ),
             ))
         }
-    };
+    })
+}
+
+pub(super) fn decode(message: &Value) -> Result<Message> {
+    let mut object = as_object(message, PROVIDER, "a message")?;
+    let role_name = take_string(&mut object, "role", PROVIDER)?;
+    let mut wire = MessageWire::default();
+    let (role, alias) = decode_role(&role_name)?;
+    wire.role = alias;
 
     let content_field = object.remove("content");
     let content = if role == Role::Tool {
@@ -596,6 +601,10 @@ mod tests {
         round_trip(&json!({"role": "assistant", "content": "x", "tool_calls": []}));
         round_trip(&json!({"role": "assistant", "content": "x", "tool_calls": null}));
         round_trip(&json!({"role": "developer", "content": "be brief"}));
+        // Gemini's OpenAI compatibility mode: the model's turns, with and without calls.
+        round_trip(&json!({"role": "model", "content": "hello"}));
+        round_trip(&json!({"role": "model", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}));
         round_trip(&json!({"role": "tool", "tool_call_id": "c", "content": null}));
         round_trip(&json!({"role": "tool", "tool_call_id": "c"}));
         round_trip(&json!({"role": "tool", "tool_call_id": "c", "content": "x", "tool_calls": []}));
