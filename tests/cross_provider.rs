@@ -557,3 +557,42 @@ fn gemini_compatibility_mode_model_turns_round_trip_and_export_as_assistant() {
     let to_anthropic = loaded.transcript()[3].to_anthropic().expect("export");
     assert_eq!(to_anthropic["role"], json!("assistant"));
 }
+
+/// An OpenAI custom tool's call (free-form text input) pairs with its result like any
+/// call, survives the stored form, comes back under `custom`, and is refused, naming the
+/// call, on export to Anthropic, whose tools take JSON objects only.
+#[test]
+fn custom_tool_calls_round_trip_and_are_refused_for_anthropic() {
+    let turns = [
+        json!({"role": "user", "content": "How many sessions?"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "custom", "custom": {"name": "run_sql", "input": "select count(*) from sessions;"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "42"}),
+    ];
+    let messages: Vec<Message> = turns
+        .iter()
+        .map(|m| Message::from_openai_chat(m).expect("import"))
+        .collect();
+    let snapshot = agent_session::SessionSnapshot::builder(
+        agent_session::SessionId::parse("custom").expect("id"),
+        "gpt-5",
+    )
+    .transcript(messages)
+    .build()
+    .expect("the custom call pairs with its result");
+    assert_eq!(snapshot.tool_calls().len(), 1);
+    assert_eq!(snapshot.tool_calls()[0].tool_name, "run_sql");
+    let loaded = agent_session::SessionSnapshot::from_json(&snapshot.to_json().expect("encode"))
+        .expect("decode");
+    for (message, original) in loaded.transcript().iter().zip(&turns) {
+        assert_eq!(&message.to_openai_chat().expect("export"), original);
+    }
+    let err = loaded.transcript()[1]
+        .to_anthropic()
+        .expect_err("Anthropic has no custom tools");
+    assert!(matches!(err, Error::Conversion { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("call_1") && err.to_string().contains("custom"),
+        "{err}"
+    );
+}

@@ -259,6 +259,18 @@ mod check {
                 }
             }
         }
+        // OpenAI forms with no Anthropic equivalent, given back to OpenAI: a custom tool's
+        // call. (Gemini's `model` role is not OpenAI's API, so the OpenAI types refuse
+        // it: it is given back for Gemini's compatibility mode, not checked here.)
+        let custom = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+            "type": "custom", "custom": {"name": "run_sql", "input": "select 1;"}}]});
+        cases.push(Case {
+            api: "openai-chat",
+            label: "a custom tool call, back to openai".to_owned(),
+            message: Message::from_openai_chat(&custom)
+                .and_then(|m| m.to_openai_chat())
+                .expect("a custom call round-trips"),
+        });
         // What the crate's own constructors build exports to both providers.
         let built = built();
         for (what, message) in &built {

@@ -16,7 +16,7 @@ use super::{
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::{self, strict, Field, ObjectOnly, StrictValue};
-use crate::transcript::{Message, RoleAlias};
+use crate::transcript::{ContentBlock, Message, RoleAlias};
 use crate::usage::{Usage, UsageTotals};
 
 /// The decoded JSON form; only [`SessionSnapshot::from_json`] turns it into a snapshot,
@@ -195,10 +195,12 @@ impl SessionSnapshot {
             // What the steps add since version 1 (`lineage`) must be absent, not just null.
             |d: &Decoded| {
                 d.lineage.is_absent()
-                    && !d
-                        .transcript
-                        .iter()
-                        .any(|m| m.wire.role == Some(RoleAlias::Model))
+                    && !d.transcript.iter().any(|m| {
+                        m.wire.role == Some(RoleAlias::Model)
+                            || m.content.iter().any(
+                                |b| matches!(b, ContentBlock::ToolCall(call) if call.wire.custom),
+                            )
+                    })
             },
         )?;
         Ok(SessionSnapshot::from_decoded(

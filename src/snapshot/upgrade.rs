@@ -51,13 +51,14 @@ pub(crate) fn upgrade(document: Value, from: u64) -> serde_json::Result<Value> {
 /// this to skip the upgrade). A step that renames, moves or changes a field must make this
 /// false for the versions before it.
 pub(crate) fn only_adds_fields_since(from: u64) -> bool {
-    // 1 -> 2 adds `lineage` and the role alias `"model"`.
+    // 1 -> 2 adds `lineage`, the role alias `"model"` and the flag `wire.custom`.
     from >= u64::from(OLDEST_SCHEMA_VERSION)
 }
 
-/// Version 2 added `lineage` (omitted when the session is not a fork) and the message
-/// role alias `"model"`, so a version 1 document is a version 2 document as it stands; one
-/// that already has either was not written by a version 1 release.
+/// Version 2 added `lineage` (omitted when the session is not a fork), the message role
+/// alias `"model"` and the tool-call flag `wire.custom`, so a version 1 document is a
+/// version 2 document as it stands; one that already has any of them was not written by a
+/// version 1 release.
 fn v1_to_v2(document: Map<String, Value>) -> serde_json::Result<Map<String, Value>> {
     if document.contains_key("lineage") {
         return Err(serde_json::Error::custom(
@@ -65,14 +66,22 @@ fn v1_to_v2(document: Map<String, Value>) -> serde_json::Result<Map<String, Valu
         ));
     }
     let messages = document.get("transcript").and_then(Value::as_array);
-    if let Some(m) = messages
-        .into_iter()
-        .flatten()
-        .position(|message| message.pointer("/wire/role") == Some(&Value::from("model")))
-    {
-        return Err(serde_json::Error::custom(format!(
-            "message {m} of a schema version 1 snapshot has the role alias \"model\", which was added in version 2"
-        )));
+    for (m, message) in messages.into_iter().flatten().enumerate() {
+        if message.pointer("/wire/role") == Some(&Value::from("model")) {
+            return Err(serde_json::Error::custom(format!(
+                "message {m} of a schema version 1 snapshot has the role alias \"model\", which was added in version 2"
+            )));
+        }
+        let blocks = message.get("content").and_then(Value::as_array);
+        if blocks
+            .into_iter()
+            .flatten()
+            .any(|block| block.pointer("/wire/custom").is_some())
+        {
+            return Err(serde_json::Error::custom(format!(
+                "message {m} of a schema version 1 snapshot has a custom tool call (`wire.custom`), which was added in version 2"
+            )));
+        }
     }
     Ok(document)
 }
@@ -113,6 +122,11 @@ mod tests {
             {"role": "assistant", "content": [], "wire": {"role": "model"}}]});
         let error = upgrade(v1, 1).expect_err("\"model\" did not exist in version 1");
         assert!(error.to_string().contains("message 1"), "{error}");
+        let v1 = json!({"schema_version": 1, "id": "s", "transcript": [
+            {"role": "assistant", "content": [{"type": "tool_call", "id": "c", "name": "f",
+                "arguments": "x", "wire": {"custom": true}}]}]});
+        let error = upgrade(v1, 1).expect_err("custom calls did not exist in version 1");
+        assert!(error.to_string().contains("custom"), "{error}");
     }
 
     #[test]

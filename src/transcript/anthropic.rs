@@ -346,6 +346,13 @@ fn encode_block(block: &ContentBlock, role: Role, at: &At<'_>) -> Result<Value> 
             object.insert("text".to_owned(), Value::String(t.text.clone()));
             ("text", object)
         }
+        ContentBlock::ToolCall(call) if call.wire.custom => {
+            return Err(block_error(
+                PROVIDER,
+                &at.name(&format!("tool call {:?}", call.id)),
+                "it is a call of an OpenAI custom tool (free-form text input), which Anthropic tools cannot take; drop the call and its result before export".to_owned(),
+            ))
+        }
         ContentBlock::ToolCall(call) => {
             let mut object = call.extra.clone();
             // The position of a streamed OpenAI tool call: nothing to Anthropic.

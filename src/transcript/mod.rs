@@ -807,7 +807,12 @@ pub(crate) struct ToolCallWire {
     /// OpenAI: the call had no `"type": "function"`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) type_absent: bool,
-    /// OpenAI: fields inside `function` other than `name` and `arguments`.
+    /// OpenAI: a custom tool's call (`"type": "custom"`, `{"custom": {"name", "input"}}`),
+    /// whose free-form `input` is the call's text arguments.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) custom: bool,
+    /// OpenAI: fields inside `function` (or `custom`) other than `name` and `arguments`
+    /// (or `input`).
     #[serde(
         default,
         skip_serializing_if = "Map::is_empty",

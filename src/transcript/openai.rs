@@ -226,19 +226,28 @@ fn decode_tool_call(call: &Value) -> Result<ToolCall> {
     match object.remove("type") {
         None => wire.type_absent = true,
         Some(Value::String(kind)) if kind == "function" => {}
+        // A custom tool: free-form text input rather than JSON arguments.
+        Some(Value::String(kind)) if kind == "custom" => wire.custom = true,
         Some(other) => {
             return Err(conversion(
                 PROVIDER,
-                format!("tool call {id:?} has type {other}; only \"function\" calls are supported"),
+                format!(
+                    "tool call {id:?} has type {other}; only \"function\" and \"custom\" calls are supported"
+                ),
             ))
         }
     }
+    let (key, input) = if wire.custom {
+        ("custom", "input")
+    } else {
+        ("function", "arguments")
+    };
     let function = object
-        .remove("function")
-        .ok_or_else(|| conversion(PROVIDER, format!("tool call {id:?} has no `function`")))?;
-    let mut function = as_object(&function, PROVIDER, "a tool call's `function`")?;
+        .remove(key)
+        .ok_or_else(|| conversion(PROVIDER, format!("tool call {id:?} has no `{key}`")))?;
+    let mut function = as_object(&function, PROVIDER, "a tool call's `function` or `custom`")?;
     let name = take_string(&mut function, "name", PROVIDER)?;
-    let arguments = take_string(&mut function, "arguments", PROVIDER)?;
+    let arguments = take_string(&mut function, input, PROVIDER)?;
     wire.function_extra = function;
     Ok(ToolCall {
         id,
@@ -557,7 +566,12 @@ fn encode_tool_call(call: &ToolCall, at: &At<'_>) -> Result<Value> {
         ToolArguments::Text(text) => text.clone(),
         ToolArguments::Json(value) => value.to_string(),
     };
-    function.insert("arguments".to_owned(), Value::String(arguments));
+    let (key, input) = if call.wire.custom {
+        ("custom", "input")
+    } else {
+        ("function", "arguments")
+    };
+    function.insert(input.to_owned(), Value::String(arguments));
     let mut object: Map<String, Value> = call.extra.clone();
     match object.get("caller") {
         None => {}
@@ -577,9 +591,14 @@ fn encode_tool_call(call: &ToolCall, at: &At<'_>) -> Result<Value> {
     }
     object.insert("id".to_owned(), Value::String(call.id.clone()));
     if !call.wire.type_absent {
-        object.insert("type".to_owned(), Value::String("function".to_owned()));
+        let kind = if call.wire.custom {
+            "custom"
+        } else {
+            "function"
+        };
+        object.insert("type".to_owned(), Value::String(kind.to_owned()));
     }
-    object.insert("function".to_owned(), Value::Object(function));
+    object.insert(key.to_owned(), Value::Object(function));
     Ok(Value::Object(object))
 }
 
@@ -601,6 +620,16 @@ mod tests {
         round_trip(&json!({"role": "assistant", "content": "x", "tool_calls": []}));
         round_trip(&json!({"role": "assistant", "content": "x", "tool_calls": null}));
         round_trip(&json!({"role": "developer", "content": "be brief"}));
+        // A custom tool's call: free-form input, given back under `custom`.
+        let custom = round_trip(
+            &json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c9", "type": "custom", "custom": {"name": "run_sql", "input": "select 1;"}},
+            {"id": "c8", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
+        );
+        let ContentBlock::ToolCall(call) = &custom.content[0] else {
+            panic!("a tool call: {custom:?}");
+        };
+        assert_eq!(call.arguments, ToolArguments::Text("select 1;".to_owned()));
         // Gemini's OpenAI compatibility mode: the model's turns, with and without calls.
         round_trip(&json!({"role": "model", "content": "hello"}));
         round_trip(&json!({"role": "model", "content": null, "tool_calls": [
@@ -636,6 +665,10 @@ mod tests {
         assert!(decode(&json!({"role": "wizard", "content": "x"})).is_err());
         assert!(decode(&json!({"role": "tool", "content": "x"})).is_err());
         assert!(decode(&json!({"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {}}]})).is_err());
+        assert!(decode(
+            &json!({"role": "assistant", "tool_calls": [{"id": "c", "type": "mcp", "mcp": {}}]})
+        )
+        .is_err());
         let two = Message::new(
             Role::Tool,
             vec![
