@@ -167,6 +167,23 @@ impl SessionSnapshot {
         }
     }
 
+    /// Whether this snapshot knows it derives from exactly the stored state that has this
+    /// revision, creation and update times and lengths: then its
+    /// [`change_since_stored`](Self::change_since_stored), applied to that state, gives it,
+    /// and a store may append the change instead of writing the whole snapshot.
+    pub(crate) fn derives_from(
+        &self,
+        revision: Revision,
+        created_at: DateTime<Utc>,
+        updated_at: DateTime<Utc>,
+        counts: Counts,
+    ) -> bool {
+        self.created_at == created_at
+            && self.provenance.as_ref().is_some_and(|p| {
+                p.revision == revision && p.updated_at == updated_at && p.stored == counts
+            })
+    }
+
     /// What this snapshot is known to share with a stored revision.
     pub(crate) fn provenance(&self) -> Option<&Provenance> {
         self.provenance.as_ref()

@@ -49,15 +49,15 @@ fn appendable(
     stored: &SessionSnapshot,
     revision: Revision,
 ) -> Option<Change> {
-    let provenance = snapshot.provenance()?;
-    let derives = provenance.revision == stored.revision()
-        && provenance.stored == stored.counts()
-        && provenance.updated_at == stored.updated_at()
-        && snapshot.created_at() == stored.created_at();
-    if !derives {
-        return None;
-    }
-    snapshot.change_since_stored(revision)
+    snapshot
+        .derives_from(
+            stored.revision(),
+            stored.created_at(),
+            stored.updated_at(),
+            stored.counts(),
+        )
+        .then(|| snapshot.change_since_stored(revision))
+        .flatten()
 }
 
 impl MemorySessionStore {

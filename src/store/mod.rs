@@ -23,6 +23,23 @@ pub use memory::MemorySessionStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
 
+/// A store that appends changes after a whole snapshot (the file store's journal, the
+/// PostgreSQL store's entries) folds them into a new snapshot once they would grow past the
+/// larger of this and an eighth of the snapshot ([`JOURNAL_FRACTION`]), so a session never
+/// takes more than about 1.125 times its snapshot's size, and a fold rewrites it once per
+/// eighth of growth rather than at every change.
+pub(crate) const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
+/// See [`MIN_JOURNAL_BYTES`].
+pub(crate) const JOURNAL_FRACTION: u64 = 8;
+
+/// How many bytes of appended changes a snapshot of `base_bytes` may have before they are
+/// folded into a new one: [`MIN_JOURNAL_BYTES`] or an eighth of it, within `limit`.
+pub(crate) fn journal_bound(base_bytes: u64, limit: u64) -> u64 {
+    MIN_JOURNAL_BYTES
+        .max(base_bytes / JOURNAL_FRACTION)
+        .min(limit)
+}
+
 /// The default largest snapshot a store reads or writes: 256 MiB (for the file store, the
 /// size of a snapshot file; for the PostgreSQL store, of a row's snapshot).
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;

@@ -13,7 +13,7 @@ use tokio_postgres::NoTls;
 use super::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
     Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
-    DEFAULT_MAX_SNAPSHOT_BYTES,
+    DEFAULT_MAX_SNAPSHOT_BYTES, JOURNAL_FRACTION, MIN_JOURNAL_BYTES,
 };
 use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
@@ -40,12 +40,6 @@ const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30
 
 /// A key for `pg_advisory_xact_lock`, so that processes migrating at once take turns.
 const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
-
-/// A session's entries are folded into a new row snapshot once they would grow past the
-/// larger of this and an eighth of the snapshot, as the file store folds its journal: a
-/// session then takes at most about 1.125 times its snapshot's bytes, and a fold rewrites
-/// it once per eighth of growth rather than at every turn.
-const MIN_ENTRY_BYTES: i64 = 64 * 1024;
 
 /// A [`SessionStore`] in PostgreSQL: one row per session in `<schema>.sessions`, holding
 /// a snapshot's exact bytes, the listing's fields, and the revision that makes every save
@@ -876,6 +870,9 @@ impl PostgresSessionStore {
         // the row's: a claim about another store's session never appends here.
         let counts_before = state_counts(provenance.stored);
         let counts_after = state_counts(snapshot.counts());
+        // The file store's bound ([`journal_bound`]), decided by the server, which knows
+        // the snapshot's size.
+        let (min_entry_bytes, fraction) = (to_i64(MIN_JOURNAL_BYTES), to_i64(JOURNAL_FRACTION));
         let appended = self.with_client(move |client, schema| async move {
             client
                 .execute(
@@ -890,7 +887,7 @@ impl PostgresSessionStore {
                                  WHERE id = $1 AND revision = $6 AND created_ns = $7
                                    AND updated_ns = $8 AND state_counts = $13
                                    AND journal_bytes + $5::bigint <= LEAST(
-                                       GREATEST($9::bigint, octet_length(snapshot)::bigint / 8),
+                                       GREATEST($9::bigint, octet_length(snapshot)::bigint / $14::bigint),
                                        $10::bigint)
                                 RETURNING id)
                              INSERT INTO {schema}.entries (session_id, revision, record)
@@ -907,11 +904,12 @@ impl PostgresSessionStore {
                         &old,
                         &created,
                         &stored_updated,
-                        &MIN_ENTRY_BYTES,
+                        &min_entry_bytes,
                         &limit,
                         &record,
                         &counts_after,
                         &counts_before,
+                        &fraction,
                     ],
                 )
                 .await

@@ -13,14 +13,7 @@ use super::FileSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::SessionSnapshot;
-
-/// A journal is folded into a new base snapshot once it would grow past the larger of
-/// this and an eighth of the base, so a session never takes more than about 1.125 times
-/// its snapshot's size on disk, and compaction rewrites the history once per eighth of
-/// growth rather than once per record.
-pub(super) const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
-/// See [`MIN_JOURNAL_BYTES`].
-pub(super) const JOURNAL_FRACTION: u64 = 8;
+use crate::store::journal_bound;
 
 impl FileSessionStore {
     /// Appends `snapshot`'s change since what is stored to the journal, if the snapshot
@@ -37,13 +30,13 @@ impl FileSessionStore {
         let Some(provenance) = snapshot.provenance() else {
             return Ok(None);
         };
-        if !stored.verified
-            || !stored.base_private
-            || provenance.revision != stored.revision
-            || snapshot.created_at() != stored.created_at
-            || stored.updated_at != Some(provenance.updated_at)
-            || stored.counts != Some(provenance.stored)
-        {
+        let derives = match (stored.updated_at, stored.counts) {
+            (Some(updated_at), Some(counts)) => {
+                snapshot.derives_from(stored.revision, stored.created_at, updated_at, counts)
+            }
+            _ => false,
+        };
+        if !stored.verified || !stored.base_private || !derives {
             return Ok(None);
         }
         // A live journal is appended to; otherwise a new one starts with a header naming
@@ -62,9 +55,7 @@ impl FileSessionStore {
             ),
         };
         let new_end = offset + (header.len() + record.len()) as u64;
-        let bound = MIN_JOURNAL_BYTES
-            .max(stored.base.size() / JOURNAL_FRACTION)
-            .min(self.max_snapshot_bytes);
+        let bound = journal_bound(stored.base.size(), self.max_snapshot_bytes);
         if new_end > bound {
             return Ok(None);
         }
