@@ -7,10 +7,13 @@
 //! be a conversion error of the target provider or pass the structural check below for
 //! that provider's request message schema. Hand-written cases cover each reported problem.
 
+#[path = "common/fidelity.rs"]
+mod fidelity_support;
+
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use agent_session::{Error, Message, Role};
+use fidelity_support::{export, import, other, recordings};
 use serde_json::{json, Map, Value};
 
 // ---------------------------------------------------------------------------------------
@@ -289,19 +292,11 @@ fn check_openai_part(part: &Value, allowed: &[&str]) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------
 // The recorded corpus
 
-fn import(provider: &str, message: &Value) -> agent_session::Result<Message> {
-    match provider {
-        "openai" => Message::from_openai_chat(message),
-        _ => Message::from_anthropic(message),
-    }
-}
-
 /// Exports to the provider other than `from`; returns the target's error name and result.
 fn export_to_other(from: &str, message: &Message) -> (&'static str, agent_session::Result<Value>) {
-    match from {
-        "openai" => ("anthropic", message.to_anthropic()),
-        _ => ("openai-chat", message.to_openai_chat()),
-    }
+    let to = other(from);
+    let target = if to == "openai" { "openai-chat" } else { to };
+    (target, export(to, message))
 }
 
 fn check_for(target: &str, wire: &Value) -> Result<(), String> {
@@ -313,33 +308,15 @@ fn check_for(target: &str, wire: &Value) -> Result<(), String> {
 
 #[test]
 fn recorded_messages_export_to_the_other_provider_validly_or_are_refused() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fidelity");
-    if !dir.is_dir() {
-        eprintln!(
-            "skipping: {} does not exist (the recorded provider transcripts are not part of \
-             this repository)",
-            dir.display()
-        );
+    let Some(recordings) = recordings() else {
         return;
-    }
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("read the fidelity directory")
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "{} holds no recordings", dir.display());
-
+    };
     let mut translated = 0;
     let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
     let mut invalid = Vec::new();
-    for path in &files {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
-        let recording: Value =
-            serde_json::from_slice(&std::fs::read(path).expect("read")).expect("JSON");
-        let provider = recording["provider"].as_str().expect("a provider");
-        let messages = recording["messages"].as_array().expect("messages");
-        for (i, original) in messages.iter().enumerate() {
+    for recording in &recordings {
+        let (name, provider) = (&recording.name, recording.provider.as_str());
+        for (i, original) in recording.messages.iter().enumerate() {
             let imported = import(provider, original).expect("a recording imports");
             // Through the stored form, as a saved session is exported.
             let stored: Message =

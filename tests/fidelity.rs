@@ -10,89 +10,16 @@
 //! stay floats, strings are byte for byte equal, `null` and absent fields stay apart.
 
 mod common;
-
-use std::path::{Path, PathBuf};
+#[path = "common/fidelity.rs"]
+mod fidelity_support;
 
 use agent_session::{
     ContentBlock, FileSessionStore, Message, Role, SessionId, SessionSnapshot, SessionStore,
     ToolArguments,
 };
 use common::{json_difference, temp_store};
+use fidelity_support::{export as to_provider, import as from_provider, recordings, Recording};
 use serde_json::Value;
-
-/// The recordings, or `None` (with the reason printed) if the directory is absent.
-fn recordings() -> Option<Vec<PathBuf>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fidelity");
-    if !dir.is_dir() {
-        eprintln!(
-            "skipping: {} does not exist (the recorded provider transcripts are not part of \
-             this repository)",
-            dir.display()
-        );
-        return None;
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read the fidelity directory")
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    assert!(
-        !files.is_empty(),
-        "{} exists but holds no JSON recordings",
-        dir.display()
-    );
-    Some(files)
-}
-
-/// A recording: its file name, provider and messages.
-struct Recording {
-    name: String,
-    provider: String,
-    api: Option<String>,
-    messages: Vec<Value>,
-}
-
-fn read(path: &Path) -> Recording {
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .expect("a UTF-8 file name")
-        .to_owned();
-    let value: Value =
-        serde_json::from_slice(&std::fs::read(path).expect("read the recording")).expect("JSON");
-    let provider = value["provider"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{name}: no `provider` string"))
-        .to_owned();
-    let api = value["api"].as_str().map(str::to_owned);
-    let messages = value["messages"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{name}: no `messages` list"))
-        .clone();
-    Recording {
-        name,
-        provider,
-        api,
-        messages,
-    }
-}
-
-fn from_provider(provider: &str, message: &Value) -> agent_session::Result<Message> {
-    match provider {
-        "openai" => Message::from_openai_chat(message),
-        "anthropic" => Message::from_anthropic(message),
-        other => panic!("unknown provider {other:?}"),
-    }
-}
-
-fn to_provider(provider: &str, message: &Message) -> agent_session::Result<Value> {
-    match provider {
-        "openai" => message.to_openai_chat(),
-        "anthropic" => message.to_anthropic(),
-        other => panic!("unknown provider {other:?}"),
-    }
-}
 
 /// The arguments of every tool call in a recording, as the provider sent them: OpenAI's
 /// `arguments` strings and Anthropic's `tool_use` `input` values, in order.
@@ -213,15 +140,8 @@ fn recorded_transcripts_survive_save_and_load_unchanged() {
     let (_dir, store) = temp_store();
     let mut failures = Vec::new();
     let mut checked = Vec::new();
-    for path in &files {
-        let recording = read(path);
-        assert!(
-            matches!(recording.provider.as_str(), "openai" | "anthropic"),
-            "{}: provider {:?}",
-            recording.name,
-            recording.provider
-        );
-        match check(&recording, &store) {
+    for recording in &files {
+        match check(recording, &store) {
             Ok(()) => checked.push(format!(
                 "{} ({} {}, {} messages)",
                 recording.name,
@@ -253,14 +173,13 @@ fn responses_api_items_round_trip_through_the_chat_converter() {
     let Some(files) = recordings() else {
         return;
     };
-    let Some(path) = files.iter().find(|p| {
-        p.file_stem()
-            .is_some_and(|s| s == "openai-responses-live-basic")
-    }) else {
+    let Some(recording) = files
+        .iter()
+        .find(|r| r.name == "openai-responses-live-basic")
+    else {
         eprintln!("skipping: openai-responses-live-basic.json is not among the recordings");
         return;
     };
-    let recording = read(path);
     assert_eq!(recording.api.as_deref(), Some("responses"));
     let item = recording
         .messages
@@ -294,7 +213,7 @@ fn responses_api_items_round_trip_through_the_chat_converter() {
     assert_eq!(json_difference(item, &back, "$"), None);
 
     let (_dir, store) = temp_store();
-    check(&recording, &store).expect("the recording survives save and load");
+    check(recording, &store).expect("the recording survives save and load");
 }
 
 /// The comparison used above is exact: it must not hide the differences it is meant to

@@ -26,9 +26,15 @@ fn the_provider_sdk_check_needs_its_feature() {
 }
 
 #[cfg(feature = "provider-sdk-tests")]
+#[path = "common/fidelity.rs"]
+mod fidelity_support;
+
+#[cfg(feature = "provider-sdk-tests")]
 mod check {
     use std::io::Write;
     use std::path::{Path, PathBuf};
+
+    use super::fidelity_support::{export, import, other, recordings, Recording};
     use std::process::Command;
 
     use agent_session::{ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult};
@@ -50,38 +56,6 @@ mod check {
                  Python with the pinned openai, anthropic and pydantic packages"
             ),
         }
-    }
-
-    fn recordings() -> Vec<(String, String, Option<String>, Vec<Value>)> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fidelity");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            eprintln!(
-                "{} is absent: checking the crate's own messages only",
-                dir.display()
-            );
-            return Vec::new();
-        };
-        let mut files: Vec<PathBuf> = entries
-            .map(|e| e.expect("a directory entry").path())
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        files.sort();
-        files
-            .into_iter()
-            .map(|path| {
-                let value: Value =
-                    serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
-                (
-                    path.file_stem()
-                        .expect("a name")
-                        .to_string_lossy()
-                        .into_owned(),
-                    value["provider"].as_str().expect("provider").to_owned(),
-                    value["api"].as_str().map(str::to_owned),
-                    value["messages"].as_array().expect("messages").clone(),
-                )
-            })
-            .collect()
     }
 
     /// The request type a recording's messages are checked against.
@@ -146,22 +120,6 @@ mod check {
                 ),
             ),
         ]
-    }
-
-    fn export(provider: &str, message: &Message) -> agent_session::Result<Value> {
-        if provider == "anthropic" {
-            message.to_anthropic()
-        } else {
-            message.to_openai_chat()
-        }
-    }
-
-    fn other(provider: &str) -> &'static str {
-        if provider == "anthropic" {
-            "openai"
-        } else {
-            "anthropic"
-        }
     }
 
     /// Runs the check on `cases`; returns its exit status and output.
@@ -234,21 +192,24 @@ mod check {
     fn exported_messages_validate_against_the_official_sdk_types() {
         let mut cases = Vec::new();
         let mut refused = Vec::new();
-        for (name, provider, api, messages) in recordings() {
+        let recordings = recordings().unwrap_or_default();
+        for Recording {
+            name,
+            provider,
+            api,
+            messages,
+        } in &recordings
+        {
             for (i, wire) in messages.iter().enumerate() {
-                let message = if provider == "anthropic" {
-                    Message::from_anthropic(wire)
-                } else {
-                    Message::from_openai_chat(wire)
-                }
-                .unwrap_or_else(|e| panic!("{name} message {i}: {e}"));
+                let message =
+                    import(provider, wire).unwrap_or_else(|e| panic!("{name} message {i}: {e}"));
                 cases.push(Case {
-                    api: api_of(&provider, api.as_deref()),
+                    api: api_of(provider, api.as_deref()),
                     label: format!("{name} message {i}, back to {provider}"),
-                    message: export(&provider, &message)
+                    message: export(provider, &message)
                         .unwrap_or_else(|e| panic!("{name} message {i}: {e}")),
                 });
-                let to = other(&provider);
+                let to = other(provider);
                 match export(to, &message) {
                     Ok(exported) => cases.push(Case {
                         api: api_of(to, None),
