@@ -872,33 +872,39 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     Some(after),
                 )
             }
-            Action::Append(_) | Action::Fill => {
+            Action::Append(_) | Action::Fill | Action::Rewind => {
                 let store = store.as_ref().expect("appends go through the store");
                 let loaded = store.load(&id).expect("load before an append");
                 // The load changed nothing on disk: its calls are no crash points.
                 fs.take_log();
                 let journal_len = std::fs::metadata(&journal).map_or(0, |m| m.len());
-                let size = match *action {
-                    Action::Append(size) => size,
-                    _ => usize::try_from(FILL_TO.saturating_sub(journal_len + 500))
-                        .expect("small size"),
+                let next = match *action {
+                    Action::Rewind => {
+                        let mut rewound = loaded;
+                        rewound
+                            .rewind(RewindTo::LastTurns(1))
+                            .expect("rewind the last turn");
+                        rewound
+                    }
+                    Action::Append(size) => appended(&loaded, "crash turn", size),
+                    _ => {
+                        let size = usize::try_from(FILL_TO.saturating_sub(journal_len + 500))
+                            .expect("small size");
+                        appended(&loaded, "crash turn", size)
+                    }
                 };
-                let next = appended(&loaded, "crash turn", size);
                 let base_before = std::fs::read(&target).expect("read the base");
                 let result = store.save(&next).map(|_| ()).map_err(|e| e.to_string());
                 let base_after = std::fs::read(&target).expect("read the base");
-                let what = if base_after == base_before {
-                    if over_stale {
-                        "append over a stale journal"
-                    } else if *action == Action::Fill {
-                        "append filling the journal"
-                    } else if journal_len == 0 {
-                        "append (the journal started)"
-                    } else {
-                        "append"
-                    }
-                } else {
-                    "compaction"
+                let appended_to_journal = base_after == base_before;
+                let what = match *action {
+                    Action::Rewind if appended_to_journal => "rewind",
+                    Action::Rewind => "rewind (compaction)",
+                    _ if !appended_to_journal => "compaction",
+                    _ if over_stale => "append over a stale journal",
+                    Action::Fill => "append filling the journal",
+                    _ if journal_len == 0 => "append (the journal started)",
+                    _ => "append",
                 };
                 (
                     format!("{what} of revision {}", revision + 1),
@@ -906,32 +912,6 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     Some(Stored {
                         base: base_after,
                         snapshot: saved(&next),
-                        archived: current.as_ref().is_some_and(|c| c.archived),
-                    }),
-                )
-            }
-            Action::Rewind => {
-                let store = store.as_ref().expect("rewinds go through the store");
-                let mut loaded = store.load(&id).expect("load before a rewind");
-                // The load changed nothing on disk: its calls are no crash points.
-                fs.take_log();
-                loaded
-                    .rewind(RewindTo::LastTurns(1))
-                    .expect("rewind the last turn");
-                let base_before = std::fs::read(&target).expect("read the base");
-                let result = store.save(&loaded).map(|_| ()).map_err(|e| e.to_string());
-                let base_after = std::fs::read(&target).expect("read the base");
-                let what = if base_after == base_before {
-                    "rewind"
-                } else {
-                    "rewind (compaction)"
-                };
-                (
-                    format!("{what} of revision {}", revision + 1),
-                    result,
-                    Some(Stored {
-                        base: base_after,
-                        snapshot: saved(&loaded),
                         archived: current.as_ref().is_some_and(|c| c.archived),
                     }),
                 )
