@@ -627,12 +627,16 @@ mod tests {
     }
 
     /// A session deleted and created again after it was listed is not the one listed,
-    /// even where the service's version of its key starts over at the same number.
+    /// even where the service's version of its key starts over at the same number: the
+    /// store's check refuses it, and so does the service's delete, which the store makes
+    /// conditional on the exact bytes it checked (what closes the window between the two).
     #[test]
     fn the_conditional_delete_keeps_a_session_created_again_since_the_listing(
     ) -> agent_session::Result<()> {
-        let store = KvSessionStore::new(Arc::new(KeyValueService::default()));
+        let service = Arc::new(KeyValueService::default());
+        let store = KvSessionStore::new(Arc::clone(&service));
         let id = SessionId::parse("s")?;
+        let key = KvSessionStore::key(&id);
         let yesterday = chrono::Utc::now() - chrono::Duration::days(1);
         store.save(
             &SessionSnapshot::builder(id.clone(), "m")
@@ -640,8 +644,14 @@ mod tests {
                 .build()?,
         )?;
         let listed = store.list()?.sessions.remove(0);
+        let checked = service.get(&key).expect("stored");
         store.delete(&id)?;
         store.save(&SessionSnapshot::builder(id.clone(), "m").build()?)?;
+        assert_eq!(
+            service.get(&key).map(|entry| entry.version),
+            Some(checked.version)
+        );
+        assert_eq!(service.delete_if_same(&key, &checked), Err(Some(1)));
         let err = store.delete_if_unchanged(&listed).unwrap_err();
         assert!(matches!(err, Error::Changed { .. }), "{err:?}");
         assert!(store.load(&id).is_ok(), "the new session was deleted");

@@ -204,9 +204,9 @@ mod tests {
     use crate::usage::Usage;
     use crate::RewindTo;
 
-    /// Appends, rewinds and whole rewrites, each saved over the last: what a load gives
-    /// back is exactly what was saved, totals included, and the size measured when asked
-    /// is the JSON's.
+    /// Appends, rewinds and whole rewrites, each saved over the last: the appends and
+    /// rewinds are appended, what a load gives back is exactly what was saved, totals
+    /// included, and the size measured when asked is the JSON's.
     #[test]
     fn appended_saves_load_back_exactly_and_measure_their_json() {
         let store = MemorySessionStore::new();
@@ -245,6 +245,13 @@ mod tests {
                     .expect("extend"),
             };
             let revision = store.save(&current).expect("save");
+            // An append leaves the size unmeasured; a whole write measures it.
+            let measured = store.sessions()[&id].bytes.is_some();
+            assert_eq!(
+                measured,
+                step % 5 == 4,
+                "step {step}: appended or written whole"
+            );
             current = current.with_revision(revision);
             let loaded = store.load(&id).expect("load");
             assert_eq!(loaded, current, "step {step}");
