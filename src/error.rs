@@ -49,6 +49,24 @@ pub enum Error {
         id: SessionId,
     },
 
+    /// The session exists, but the revision asked for is not one its store keeps: newer
+    /// than its head, or older than the oldest revision its history keeps (dropped by a
+    /// history retention policy, or saved before the store kept history).
+    #[error(
+        "session {id} has no revision {revision}: its store keeps revisions {oldest} to {newest}{}",
+        if revision < oldest { "; older ones were not kept (a history retention policy dropped them, or they were saved before the store kept history)" } else { "" }
+    )]
+    RevisionNotFound {
+        /// The session.
+        id: SessionId,
+        /// The revision asked for.
+        revision: Revision,
+        /// The oldest revision kept.
+        oldest: Revision,
+        /// The head revision.
+        newest: Revision,
+    },
+
     /// A compare-and-swap save found a different revision than the caller last saw.
     #[error(
         "session {id} was changed by another writer (expected revision {expected}, found {}): \
@@ -448,7 +466,9 @@ impl Error {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::NotFound { .. } | Error::NoSessions => ErrorKind::NotFound,
+            Error::NotFound { .. } | Error::RevisionNotFound { .. } | Error::NoSessions => {
+                ErrorKind::NotFound
+            }
             Error::Conflict { .. } | Error::AlreadyExists { .. } | Error::Changed { .. } => {
                 ErrorKind::Conflict
             }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::compactor::{CompactionPolicy, CompactionRequest, Compactor};
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
@@ -106,6 +107,7 @@ pub struct Harness<F> {
     tools: Option<Arc<dyn ToolExecutor>>,
     redactor: Option<Arc<dyn Redactor>>,
     autosave: Autosave,
+    compaction: Option<(Arc<dyn Compactor>, CompactionPolicy)>,
 }
 
 impl<F> fmt::Debug for Harness<F> {
@@ -114,6 +116,7 @@ impl<F> fmt::Debug for Harness<F> {
             .field("tools", &self.tools.as_ref().map(|_| "<executor>"))
             .field("redactor", &self.redactor.as_ref().map(|_| "<redactor>"))
             .field("autosave", &self.autosave)
+            .field("compaction", &self.compaction.as_ref().map(|(_, p)| p))
             .finish_non_exhaustive()
     }
 }
@@ -139,6 +142,7 @@ pub struct HarnessBuilder<F> {
     tools: Option<Arc<dyn ToolExecutor>>,
     redactor: Option<Arc<dyn Redactor>>,
     autosave: Autosave,
+    compaction: Option<(Arc<dyn Compactor>, CompactionPolicy)>,
 }
 
 impl<F> HarnessBuilder<F> {
@@ -163,6 +167,40 @@ impl<F> HarnessBuilder<F> {
         self
     }
 
+    /// Sets the compactor [`Harness::compact_session`] runs, and the policy by which
+    /// [`Harness::send`] runs it between turns (default: none; a policy with no limit
+    /// never compacts by itself). After a turn that leaves the view past a limit, `send`
+    /// asks the compactor for a summary of everything but the policy's last turns, puts
+    /// it in place, and saves it when the harness autosaves.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, Engine};
+    /// # struct MyEngine;
+    /// # impl Engine for MyEngine {
+    /// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+    /// # }
+    /// use std::sync::Arc;
+    /// use agent_session::{BoxFuture, Compaction, CompactionPolicy, CompactionRequest,
+    ///     Compactor, Harness, MemorySessionStore, Message};
+    ///
+    /// struct Note;
+    /// impl Compactor for Note {
+    ///     fn compact<'a>(&'a self, r: CompactionRequest<'a>) -> BoxFuture<'a, Result<Compaction, BoxError>> {
+    ///         Box::pin(async move { Ok(Compaction::new(r.replace, vec![Message::user("(summary)")])) })
+    ///     }
+    /// }
+    ///
+    /// let harness = Harness::builder(MemorySessionStore::new(), || MyEngine)
+    ///     .compaction(Arc::new(Note), CompactionPolicy::default().max_messages(400))
+    ///     .build();
+    /// ```
+    pub fn compaction(mut self, compactor: Arc<dyn Compactor>, policy: CompactionPolicy) -> Self {
+        self.compaction = Some((compactor, policy));
+        self
+    }
+
     /// Builds the harness.
     pub fn build(self) -> Harness<F> {
         Harness {
@@ -171,6 +209,7 @@ impl<F> HarnessBuilder<F> {
             tools: self.tools,
             redactor: self.redactor,
             autosave: self.autosave,
+            compaction: self.compaction,
         }
     }
 }
@@ -189,6 +228,7 @@ where
             tools: None,
             redactor: None,
             autosave: Autosave::Off,
+            compaction: None,
         }
     }
 
@@ -312,12 +352,12 @@ where
         session: &mut Session<E>,
         message: Message,
     ) -> Result<TurnOutcome> {
-        match self.autosave {
-            Autosave::Off => session.send_message(message).await,
+        let outcome = match self.autosave {
+            Autosave::Off => session.send_message(message).await?,
             Autosave::EveryTurn => {
                 let outcome = session.send_message(message).await?;
                 self.save_session(session)?;
-                Ok(outcome)
+                outcome
             }
             Autosave::EveryStep => {
                 // Borrows only the store and redactor, which are `Sync`, so the turn's
@@ -327,9 +367,118 @@ where
                     .send_message_with(message, &mut |snapshot| {
                         save_redacted(store, redactor, snapshot)
                     })
-                    .await
+                    .await?
+            }
+        };
+        if let Some((compactor, policy)) = &self.compaction {
+            if policy.is_due(session.transcript(), session.usage().last())
+                && self.run_compaction(session, &**compactor, policy).await?
+                && self.autosave != Autosave::Off
+            {
+                self.save_session(session)?;
             }
         }
+        Ok(outcome)
+    }
+
+    /// Asks `compactor` for a summary of everything but the policy's last turns and puts
+    /// it in place; `false` if there is nothing before those turns.
+    async fn run_compaction(
+        &self,
+        session: &mut Session<E>,
+        compactor: &dyn Compactor,
+        policy: &CompactionPolicy,
+    ) -> Result<bool> {
+        let Some(replace) = session.compaction_point(policy.keep_last_turns) else {
+            return Ok(false);
+        };
+        let options = session.options();
+        let request = CompactionRequest {
+            system_prompt: options.system_prompt.as_deref(),
+            ..CompactionRequest::new(session.id(), &options.model, session.transcript(), replace)
+        };
+        let compaction = compactor
+            .compact(request)
+            .await
+            .map_err(|source| Error::Engine {
+                id: session.id().clone(),
+                source,
+            })?;
+        session.compact(compaction)?;
+        Ok(true)
+    }
+
+    /// Runs the harness's [`Compactor`] on `session` now, whatever the policy's limits:
+    /// everything but the policy's last turns is replaced by the compactor's summary, and
+    /// the session is saved. The replaced messages stay in the stored history. Returns the
+    /// revision saved, or `None` if there was nothing before those turns to compact.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] if the harness has no compactor
+    /// ([`HarnessBuilder::compaction`]); [`Error::Engine`] if the compactor fails (the
+    /// session is not changed); as [`Session::compact`] for a compaction it cannot apply;
+    /// as [`save_session`](Self::save_session) for the save.
+    pub async fn compact_session(&self, session: &mut Session<E>) -> Result<Option<Revision>> {
+        let Some((compactor, policy)) = &self.compaction else {
+            return Err(Error::Unsupported {
+                store: "Harness",
+                operation:
+                    "compact sessions without a compactor (set one with HarnessBuilder::compaction)",
+            });
+        };
+        if !self.run_compaction(session, &**compactor, policy).await? {
+            return Ok(None);
+        }
+        self.save_session(session).map(Some)
+    }
+
+    /// Makes revision `revision` of `session` its state again ([`Session::restore_from`],
+    /// with the revision loaded by [`SessionStore::load_at`]) and saves it as a new
+    /// revision: undoes a rewind or a compaction, or goes back anywhere the store keeps.
+    /// Returns the revision saved.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RevisionNotFound`] if the store does not keep `revision` (the session is
+    /// not changed); as [`save_session`](Self::save_session) for the save.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+    /// #     Message, Usage};
+    /// # struct Echo;
+    /// # impl Engine for Echo {
+    /// #     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+    /// #         let last = r.transcript.last().map(Message::text).unwrap_or_default();
+    /// #         Ok(Completion::new(Message::assistant(vec![ContentBlock::text(last)]), Usage::new(r.model)))
+    /// #     }
+    /// # }
+    /// use agent_session::{Harness, MemorySessionStore, RewindTo, SessionOptions};
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let harness = Harness::builder(MemorySessionStore::new(), || Echo).build();
+    /// let mut session = harness.new_session(SessionOptions::new("m"))?;
+    /// harness.send(&mut session, "keep").await?;
+    /// let before = harness.save_session(&mut session)?;
+    /// harness.rewind_session(&mut session, RewindTo::LastTurns(1))?;
+    /// assert!(session.transcript().is_empty());
+    ///
+    /// harness.restore_session(&mut session, before)?; // undo the rewind
+    /// assert_eq!(session.transcript().len(), 2);
+    /// # Ok::<(), agent_session::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn restore_session(
+        &self,
+        session: &mut Session<E>,
+        revision: Revision,
+    ) -> Result<Revision> {
+        let past = self.store.load_at(session.id(), revision)?;
+        session.restore_from(&past)?;
+        self.save_session(session)
     }
 
     /// Loads session `id` and binds it to a fresh engine from the factory.

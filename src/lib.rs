@@ -107,6 +107,7 @@
 compile_error!("agent-session supports Unix platforms (Linux and macOS): the file store relies on Unix permissions and O_NOFOLLOW");
 
 mod clock;
+mod compactor;
 mod engine;
 mod error;
 mod harness;
@@ -124,6 +125,7 @@ mod transcript;
 mod usage;
 
 pub use clock::CLOCK_SKEW_TOLERANCE;
+pub use compactor::{Compaction, CompactionPolicy, CompactionRequest, Compactor};
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
@@ -137,8 +139,10 @@ pub use session::{
     Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, INTERRUPTED_OUTPUT,
 };
 pub use snapshot::{
-    BlockPosition, ForkAt, Lineage, PersistedOptions, RewindTo, SessionSnapshot, SnapshotBuilder,
-    ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
+    BlockPosition, EntryKind, ForkAt, History, HistoryMessage, HistoryStats, Lineage, LogEntry,
+    PersistedOptions, RevisionInfo, RewindTo, SessionLog, SessionSnapshot, SnapshotBuilder,
+    Standing, ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS, OLDEST_SCHEMA_VERSION,
+    SCHEMA_VERSION,
 };
 pub use store::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, Durability,

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use crate::clock;
+use crate::compactor::Compaction;
 use crate::engine::{Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 use crate::error::{BoxError, Error, Result};
 use crate::id::{Revision, SessionId};
@@ -15,7 +16,8 @@ use crate::json;
 use crate::snapshot::check_metadata_depth;
 use crate::snapshot::Lineage;
 use crate::snapshot::{
-    rewind_parts, BlockPosition, Counts, PersistedOptions, Provenance, RewindTo, SessionSnapshot,
+    compact_parts, compaction_point, restore_parts, rewind_parts, BlockPosition, CompactTarget,
+    Counts, HistoryStats, PersistedOptions, Provenance, RestoreTarget, RewindTo, SessionSnapshot,
     SnapshotParts, ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
 };
 use crate::transcript::{
@@ -272,6 +274,8 @@ pub struct Session<E> {
     totals: UsageTotals,
     /// What the store holds of this session, so a save writes only what is new.
     provenance: Option<Provenance>,
+    /// What the store's log holds beyond the session's state.
+    history: HistoryStats,
     engine: E,
 }
 
@@ -313,6 +317,7 @@ impl<E: Engine> Session<E> {
             usage: Arc::default(),
             totals: UsageTotals::default(),
             provenance: None,
+            history: HistoryStats::default(),
             lineage: None,
             engine,
         })
@@ -350,6 +355,7 @@ impl<E: Engine> Session<E> {
             usage: parts.usage,
             totals: parts.totals,
             provenance: parts.provenance,
+            history: parts.history,
             engine,
         })
     }
@@ -550,6 +556,7 @@ impl<E> Session<E> {
             usage: Arc::clone(&self.usage),
             totals: self.totals,
             provenance: self.provenance.clone(),
+            history: self.history,
         })
     }
 
@@ -573,9 +580,10 @@ impl<E> Session<E> {
         let saved = checkpoint(&mut snapshot);
         // Stored also after `NotDurable`: the new revision is in place.
         let stored = match &saved {
-            Ok(revision) | Err(Error::NotDurable { revision, .. }) => {
-                Some(snapshot.stored_as(*revision, kept))
-            }
+            Ok(revision) | Err(Error::NotDurable { revision, .. }) => Some((
+                snapshot.stored_as(*revision, kept.messages),
+                snapshot.stats_once_saved(*revision),
+            )),
             Err(_) => None,
         };
         // The snapshot lets go of the shared history first, so taking the placeholders
@@ -586,9 +594,10 @@ impl<E> Session<E> {
             Arc::make_mut(&mut self.records).truncate(kept.tool_calls);
             self.updated_at = updated_at;
         }
-        if let Some(stored) = stored {
+        if let Some((stored, history)) = stored {
             self.revision = stored.revision;
             self.provenance = Some(stored);
+            self.history = history;
         }
         saved.map(|_| ())
     }
@@ -596,8 +605,7 @@ impl<E> Session<E> {
     /// Records that `snapshot`, taken from this session and maybe redacted since, is now
     /// stored at `revision`.
     pub(crate) fn record_saved(&mut self, snapshot: &SessionSnapshot, revision: Revision) {
-        let counts = snapshot.counts();
-        self.record_stored(snapshot, revision, counts);
+        self.record_stored(snapshot, revision);
     }
 
     fn counts(&self) -> Counts {
@@ -608,12 +616,12 @@ impl<E> Session<E> {
         }
     }
 
-    /// Records that `stored` (a snapshot of this session, maybe redacted or with
-    /// placeholders) is now stored at `revision`, and that the session's first `kept`
-    /// elements are the stored ones.
-    fn record_stored(&mut self, stored: &SessionSnapshot, revision: Revision, kept: Counts) {
+    /// Records that `stored` (a snapshot of this session as it is now, maybe redacted) is
+    /// now stored at `revision`.
+    fn record_stored(&mut self, stored: &SessionSnapshot, revision: Revision) {
+        self.history = stored.stats_once_saved(revision);
         self.revision = revision;
-        self.provenance = Some(stored.stored_as(revision, kept));
+        self.provenance = Some(stored.stored_as(revision, stored.transcript().len()));
     }
 
     /// Whether the session has changed since it was last saved or loaded (or was never
@@ -647,7 +655,7 @@ impl<E> Session<E> {
         // not, so they are compared (a redacted system prompt compares unequal, which only
         // costs a save).
         stored.revision != self.revision
-            || stored.kept != stored.stored
+            || !stored.keeps_everything()
             || stored.stored != self.counts()
             || stored.updated_at != self.updated_at
             || *stored.options != self.options.persisted()
@@ -680,8 +688,7 @@ impl<E> Session<E> {
     /// [`has_unsaved_changes`](Self::has_unsaved_changes) believes the claim.)
     pub fn mark_saved(&mut self, revision: Revision) {
         let snapshot = self.snapshot();
-        let counts = snapshot.counts();
-        self.record_stored(&snapshot, revision, counts);
+        self.record_stored(&snapshot, revision);
     }
 
     /// The session's id.
@@ -817,6 +824,97 @@ impl<E> Session<E> {
             self.touch();
         }
         Ok(dropped)
+    }
+
+    /// Puts `compaction`'s summary in place of the first [`Compaction::replaced`]
+    /// messages of the transcript, and counts its usage: the next turn's model sees the
+    /// shorter view. What it replaced stays in the session's stored history (see
+    /// [`SessionSnapshot::compact`]). The change is in memory until the session is saved;
+    /// [`Harness::compact_session`](crate::Harness::compact_session) runs the harness's
+    /// [`Compactor`](crate::Compactor) and saves.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionSnapshot::compact`]; the session is not changed on error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, ContentBlock, Engine,
+    /// #     Message, Usage};
+    /// # struct Echo;
+    /// # impl Engine for Echo {
+    /// #     async fn complete(&mut self, r: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+    /// #         let last = r.transcript.last().map(Message::text).unwrap_or_default();
+    /// #         Ok(Completion::new(Message::assistant(vec![ContentBlock::text(last)]), Usage::new(r.model)))
+    /// #     }
+    /// # }
+    /// use agent_session::{Compaction, Session, SessionId, SessionOptions};
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut session = Session::new(SessionId::generate(), Echo, SessionOptions::new("m"))?;
+    /// session.send("one").await?;
+    /// session.send("two").await?;
+    /// session.compact(Compaction::new(2, vec![Message::user("We said one.")]))?;
+    /// assert_eq!(session.transcript().len(), 3);
+    /// # Ok::<(), agent_session::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn compact(&mut self, compaction: Compaction) -> Result<()> {
+        compact_parts(
+            &self.id,
+            compaction,
+            CompactTarget {
+                transcript: &mut self.transcript,
+                records: &mut self.records,
+                usage: &mut self.usage,
+                totals: &mut self.totals,
+                provenance: &mut self.provenance,
+            },
+        )?;
+        self.touch();
+        Ok(())
+    }
+
+    /// Where a compaction that keeps the last `keep_last_turns` turns verbatim would cut:
+    /// how many leading messages it replaces (never splitting a tool call from its
+    /// result), or `None` if there is nothing before those turns.
+    #[must_use]
+    pub fn compaction_point(&self, keep_last_turns: usize) -> Option<usize> {
+        compaction_point(&self.transcript, &self.records, keep_last_turns)
+    }
+
+    /// Makes `past`, an earlier revision of this session
+    /// ([`SessionStore::load_at`](crate::SessionStore::load_at)), the session's state
+    /// again: its transcript, tool-call records, model, system prompt, turn limit and
+    /// metadata (the tool executor stays). Usage stays counted. The next save stores it
+    /// as a new revision, one small entry naming `past`'s revision, so the revisions in
+    /// between stay in the history. [`Harness::restore_session`](crate::Harness::restore_session)
+    /// loads the revision and saves.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `past` is of another session or later than the
+    /// session's stored revision; the session is not changed.
+    pub fn restore_from(&mut self, past: &SessionSnapshot) -> Result<()> {
+        let current = self.snapshot();
+        let (options, metadata) = restore_parts(
+            &current,
+            past,
+            RestoreTarget {
+                transcript: &mut self.transcript,
+                records: &mut self.records,
+                provenance: &mut self.provenance,
+            },
+        )?;
+        drop(current);
+        self.options.model = options.model;
+        self.options.system_prompt = options.system_prompt;
+        self.options.max_turns = options.max_turns;
+        self.options.metadata = metadata;
+        self.touch();
+        Ok(())
     }
 
     /// Model completions over the session's whole life, across resumes.

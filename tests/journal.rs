@@ -1,6 +1,7 @@
-//! `FileSessionStore`'s incremental saves: the append-only `<id>.journal` beside the base
-//! snapshot `<id>.json`, its compaction, crash and corruption handling, hostile files in its
-//! place, and the `<id>.summary` listing cache. Everything goes through the public API; the
+//! `FileSessionStore`'s incremental saves: the append-only `<id>.journal` of log entries
+//! beside the base snapshot `<id>.json` (never folded, so every revision stays loadable),
+//! crash and corruption handling, hostile files in its place, and the `<id>.summary`
+//! listing cache. Everything goes through the public API; the
 //! tests only look at (and tamper with) the files in the store directory.
 
 mod common;
@@ -35,8 +36,6 @@ const SMALL: usize = 450;
 const RECORD_OVERHEAD: u64 = 1_024;
 /// What the header frame of a new journal takes.
 const HEADER_ALLOWANCE: u64 = 512;
-/// The journal's minimum bound before compaction.
-const MIN_JOURNAL: u64 = 64 * 1024;
 
 /// A store directory inside a fresh temporary directory (kept alive by the guard). The
 /// parent is on the same file system, for files "outside the store".
@@ -433,7 +432,7 @@ fn stale_snapshot_is_a_conflict_whether_the_stored_revision_is_in_the_journal_or
 }
 
 #[test]
-fn edited_history_at_the_stored_revision_is_written_as_a_new_base() {
+fn edited_history_at_the_stored_revision_is_appended_and_the_history_keeps_the_old() {
     let (_tmp, dir) = store_dir();
     let store = open(&dir);
     let id = sid("edited");
@@ -442,7 +441,8 @@ fn edited_history_at_the_stored_revision_is_written_as_a_new_base() {
     let stored = append_turn(&store, &id, 4, SMALL);
     let f = files(&dir, &id);
     let old_base = fs::read(&f.base).expect("base");
-    assert!(len_or_zero(&f.journal) > 0);
+    let journal_len = len_or_zero(&f.journal);
+    assert!(journal_len > 0);
 
     // Same id, revision, creation time and lengths; one message's text differs.
     let mut transcript = stored.transcript().to_vec();
@@ -456,121 +456,84 @@ fn edited_history_at_the_stored_revision_is_written_as_a_new_base() {
         .with_revision(stored.revision());
     let expected = save(&store, edited);
 
-    assert_ne!(
-        fs::read(&f.base).expect("base"),
-        old_base,
-        "the base was not rewritten"
-    );
-    assert_eq!(
-        SessionSnapshot::from_json(&fs::read(&f.base).expect("base")).expect("decode"),
-        expected,
-        "the new base holds the whole edited snapshot"
-    );
-    assert_eq!(len_or_zero(&f.journal), 0, "the journal was not emptied");
+    // Appended as one entry that replaces the whole view: the base is untouched.
+    assert_eq!(fs::read(&f.base).expect("base"), old_base);
+    let journal = frames(&fs::read(&f.journal).expect("journal"));
+    let last = journal.last().expect("an entry");
+    assert_eq!(last.json()["kind"], json!("edit"));
+    assert_eq!(last.json()["keep"], json!([0, 0]));
+    assert!(len_or_zero(&f.journal) > journal_len);
     assert_eq!(store.load(&id).expect("load"), expected);
     assert_eq!(open(&dir).load(&id).expect("load"), expected);
     assert_eq!(listed(&store, &id), SessionSummary::of(&expected));
+    // The revision before the edit still loads as it was, and the history holds the
+    // replaced messages.
+    assert_eq!(
+        open(&dir).load_at(&id, stored.revision()).expect("load_at"),
+        stored.clone().with_revision(stored.revision())
+    );
+    let history = open(&dir).history(&id).expect("history");
+    assert!(history
+        .messages
+        .iter()
+        .any(|m| m.message == stored.transcript()[0]
+            && m.standing
+                == agent_session::Standing::Replaced {
+                    revision: expected.revision()
+                }));
 
-    // Appending after the rewrite starts a journal for the new base.
     let next = append_turn(&store, &id, 5, SMALL);
     assert_eq!(open(&dir).load(&id).expect("load"), next);
-    let journal = frames(&fs::read(&f.journal).expect("journal"));
-    assert_eq!(journal.len(), 2);
-    assert_eq!(journal[0].json()["base_revision"], json!(4));
 }
 
 // ---------------------------------------------------------------------------------------
-// Compaction
+// The log: never folded
 // ---------------------------------------------------------------------------------------
-
-/// What one save left on disk, compared with the save before it.
-struct SaveEffect {
-    base_len: u64,
-    journal_len: u64,
-    rewrote_base: bool,
-}
-
-/// Checks the journal's bound after a save, and that a compaction emptied the journal and
-/// happened only when the journal was about to pass its bound. `turn_len` is the JSON size
-/// of the turn just saved.
-fn check_bound(
-    what: &str,
-    f: &journal_support::Files,
-    before: &SaveEffect,
-    base_inode_before: u64,
-    turn_len: u64,
-) -> SaveEffect {
-    let base_len = len_or_zero(&f.base);
-    let journal_len = len_or_zero(&f.journal);
-    let record = turn_len + RECORD_OVERHEAD;
-    let bound = MIN_JOURNAL.max(base_len / 8);
-    assert!(
-        journal_len <= bound + record,
-        "{what}: the journal is {journal_len} bytes, over max(64 KiB, {base_len} / 8) + one record"
-    );
-    let rewrote_base = inode(&f.base) != base_inode_before;
-    if rewrote_base {
-        assert_eq!(
-            journal_len, 0,
-            "{what}: a compaction left the journal non-empty"
-        );
-        let bound_before = MIN_JOURNAL.max(before.base_len / 8);
-        assert!(
-            before.journal_len + record + HEADER_ALLOWANCE > bound_before,
-            "{what}: compacted a journal of {} bytes, far below its bound of {bound_before}",
-            before.journal_len
-        );
-    } else {
-        assert!(
-            journal_len > before.journal_len,
-            "{what}: nothing was appended"
-        );
-    }
-    SaveEffect {
-        base_len,
-        journal_len,
-        rewrote_base,
-    }
-}
 
 #[test]
-fn compaction_rewrites_the_base_once_the_journal_would_pass_its_bound() {
+fn every_save_appends_and_every_revision_stays_loadable() {
     let (_tmp, dir) = store_dir();
     let store = open(&dir);
-    let id = sid("compacted");
-    save(&store, built(&id, 1, TURN));
+    let id = sid("log");
+    let first = save(&store, built(&id, 1, TURN));
     let f = files(&dir, &id);
-    let mut effect = SaveEffect {
-        base_len: len_or_zero(&f.base),
-        journal_len: 0,
-        rewrote_base: true,
-    };
-    let mut compactions = Vec::new();
+    let base = fs::read(&f.base).expect("base");
+    let mut saved = vec![first];
+    let mut journal_len = 0;
     for i in 1..=80 {
-        let base_inode = inode(&f.base);
-        let journal_before = effect.journal_len;
         let expected = append_turn(&store, &id, i, TURN);
         let turn_len = json_len(&expected.transcript()[expected.transcript().len() - 3..]);
-        effect = check_bound(&format!("turn {i}"), &f, &effect, base_inode, turn_len);
-        if effect.rewrote_base {
-            compactions.push((i, journal_before));
-            assert_eq!(
-                SessionSnapshot::from_json(&fs::read(&f.base).expect("base")).expect("decode"),
-                expected,
-                "turn {i}: the compacted base holds everything"
-            );
-        }
-        assert_eq!(store.load(&id).expect("load"), expected, "turn {i}");
+        let grown = len_or_zero(&f.journal) - journal_len;
+        assert!(
+            grown > turn_len && grown < turn_len + RECORD_OVERHEAD + HEADER_ALLOWANCE,
+            "turn {i}: the journal grew by {grown} bytes for a turn of {turn_len}"
+        );
+        journal_len += grown;
+        assert_eq!(
+            fs::read(&f.base).expect("base"),
+            base,
+            "turn {i}: the base changed"
+        );
+        saved.push(expected);
     }
-    // 80 turns of 2.7 KB are about 216 KB: three or so journals of 64 KiB.
-    assert!(
-        (2..=4).contains(&compactions.len()),
-        "compactions at (turn, journal bytes before): {compactions:?}"
-    );
-    assert_eq!(
-        open(&dir).load(&id).expect("load"),
-        store.load(&id).expect("load")
-    );
+    // 80 turns of 2.7 KB, about 216 KB: the journal holds them all, never folded.
+    assert!(journal_len > 80 * TURN as u64, "{journal_len}");
+    let reader = open(&dir);
+    for expected in &saved {
+        assert_eq!(
+            reader.load_at(&id, expected.revision()).expect("load_at"),
+            expected.clone().with_revision(expected.revision()),
+            "revision {}",
+            expected.revision()
+        );
+    }
+    let revisions = reader.revisions(&id).expect("revisions");
+    assert_eq!(revisions.len(), 81);
+    assert_eq!(revisions[0].kind, agent_session::EntryKind::Checkpoint);
+    assert!(revisions[1..]
+        .iter()
+        .all(|r| r.kind == agent_session::EntryKind::Turn));
+    assert_eq!(reader.load(&id).expect("load"), saved[80]);
 }
 
 /// An engine that plays turn `n` of [`turn`]: its assistant message calling `write_file`,
@@ -617,10 +580,10 @@ impl ToolExecutor for TurnTool {
 }
 
 #[tokio::test]
-async fn a_thousand_turns_stay_within_1_3_times_the_transcript_on_disk() {
+async fn a_thousand_turns_with_rewinds_and_compactions_stay_within_1_3_times_the_history_on_disk() {
     let (_tmp, dir) = store_dir();
-    // Buffered: the same files and the same appends and compactions as Sync, without a
-    // thousand fsyncs, to keep the test fast.
+    // Buffered: the same files and the same appends as Sync, without a thousand fsyncs,
+    // to keep the test fast.
     let harness = Harness::builder(open_buffered(&dir), || TurnEngine)
         .tools(Arc::new(TurnTool))
         .build();
@@ -628,65 +591,64 @@ async fn a_thousand_turns_stay_within_1_3_times_the_transcript_on_disk() {
         .new_session(SessionOptions::new(MODEL).max_turns(1))
         .expect("new session");
     let f = files(&dir, session.id());
-    let mut effect = SaveEffect {
-        base_len: 0,
-        journal_len: 0,
-        rewrote_base: true,
-    };
-    let (mut compactions, mut appends) = (0, 0);
+    let (mut rewinds, mut compactions) = (0, 0);
     for i in 0..1_000 {
-        let base_inode = if i == 0 { 0 } else { inode(&f.base) };
         let message = turn(i, TURN).swap_remove(0);
         session.send_message(message).await.expect("turn");
         harness.save_session(&mut session).expect("save");
-        let turn_len = json_len(&session.transcript()[3 * i..]);
-        assert_eq!(
-            turn_len / 100,
-            TURN as u64 / 100,
-            "turn {i} is {turn_len} bytes"
-        );
-        if i > 0 {
-            effect = check_bound(&format!("turn {i}"), &f, &effect, base_inode, turn_len);
-            if effect.rewrote_base {
-                compactions += 1;
-            } else {
-                appends += 1;
-            }
-        } else {
-            effect.base_len = len_or_zero(&f.base);
+        if i % 50 == 49 {
+            harness
+                .rewind_session(&mut session, agent_session::RewindTo::LastTurns(1))
+                .expect("rewind");
+            rewinds += 1;
+        }
+        if i % 300 == 299 {
+            let point = session.compaction_point(2).expect("a point to compact");
+            session
+                .compact(agent_session::Compaction::new(
+                    point,
+                    vec![Message::user(format!("Summary of {point} messages."))],
+                ))
+                .expect("compact");
+            harness
+                .save_session(&mut session)
+                .expect("save the compaction");
+            compactions += 1;
         }
     }
-    assert!(
-        appends >= 950,
-        "{appends} appends, {compactions} compactions"
-    );
-    assert!(
-        compactions >= 10,
-        "{appends} appends, {compactions} compactions"
-    );
-
-    let transcript = json_len(session.transcript());
+    assert_eq!((rewinds, compactions), (20, 3));
+    let store = open(&dir);
+    let history = store.history(session.id()).expect("history");
+    let said: Vec<Message> = history.messages.iter().map(|m| m.message.clone()).collect();
+    let history_len = json_len(&said);
     let on_disk = len_or_zero(&f.base) + len_or_zero(&f.journal);
     // The figure the README quotes (run with `-- --nocapture`).
     eprintln!(
-        "1,000 turns: {appends} appends, {compactions} compactions; {on_disk} bytes on disk \
-         (base {} + journal {}) for a transcript of {transcript} bytes: {}.{:03} x",
+        "1,000 turns, {rewinds} rewinds, {compactions} compactions: {on_disk} bytes on disk \
+         (base {} + journal {}) for a history of {} messages, {history_len} bytes of JSON: {}.{:03} x",
         len_or_zero(&f.base),
         len_or_zero(&f.journal),
-        on_disk / transcript,
-        on_disk % transcript * 1000 / transcript
+        said.len(),
+        on_disk / history_len,
+        on_disk % history_len * 1000 / history_len
     );
     assert!(
-        on_disk * 10 <= transcript * 13,
-        "the session takes {on_disk} bytes on disk for a transcript of {transcript} bytes"
+        on_disk * 10 <= history_len * 13,
+        "the session takes {on_disk} bytes on disk for a history of {history_len} bytes"
     );
+    let summary = store
+        .list()
+        .expect("list")
+        .sessions
+        .into_iter()
+        .next()
+        .expect("listed");
+    assert_eq!(summary.history.rewinds, 20);
+    assert_eq!(summary.history.compactions, 3);
     let expected = session.snapshot();
     assert_eq!(harness.store().load(session.id()).expect("load"), expected);
-    assert_eq!(open(&dir).load(session.id()).expect("load"), expected);
-    assert_eq!(
-        listed(&open(&dir), session.id()),
-        SessionSummary::of(&expected)
-    );
+    assert_eq!(store.load(session.id()).expect("load"), expected);
+    assert_eq!(summary, SessionSummary::of(&expected));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -909,14 +871,22 @@ fn a_save_on_a_corrupt_journal_fails_and_changes_nothing() {
     assert_eq!(dir_contents(&dir), before, "a failed save changed files");
 }
 
-/// The journal `full` with record `index` (1 = the first record) replaced by `edit` of its
-/// JSON, framed with a valid checksum: bytes no crash can leave.
+/// The journal `full` with frame `index` (0 = the header, 1 = the first entry) replaced
+/// by `edit` of its JSON, framed with a valid checksum: bytes no crash can leave. An
+/// entry is edited as `{"head": ..., "body": ...}`.
 fn forged(full: &[u8], index: usize, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let parsed = frames(full);
-    let mut value = parsed[index].json();
-    edit(&mut value);
+    let payload = if index == 0 {
+        let mut value = parsed[index].json();
+        edit(&mut value);
+        value.to_string().into_bytes()
+    } else {
+        let mut value = json!({"head": parsed[index].json(), "body": parsed[index].body()});
+        edit(&mut value);
+        journal_support::entry_payload(&value["head"], &value["body"])
+    };
     let mut out = full[..parsed[index].offset].to_vec();
-    out.extend_from_slice(&frame(value.to_string().as_bytes()));
+    out.extend_from_slice(&frame(&payload));
     out.extend_from_slice(&full[parsed[index].end..]);
     out
 }
@@ -931,25 +901,40 @@ fn well_framed_records_that_do_not_follow_are_corruption() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
             "a skipped revision",
-            forged(&full, 2, |v| v["revision"] = json!(9)),
+            forged(&full, 2, |v| v["head"]["revision"] = json!(9)),
         ),
         (
             "a repeated revision",
-            forged(&full, 2, |v| v["revision"] = json!(2)),
+            forged(&full, 2, |v| v["head"]["revision"] = json!(2)),
         ),
         (
             "keeping more messages than there are",
-            forged(&full, 2, |v| v["from"]["messages"] = json!(999)),
+            forged(&full, 2, |v| v["head"]["keep"] = json!([0, 999])),
+        ),
+        (
+            "restoring a revision the log does not hold",
+            forged(&full, 2, |v| v["head"]["base"] = json!(0)),
+        ),
+        (
+            "a body of another length than its head says",
+            forged(&full, 2, |v| v["head"]["messages"] = json!(1)),
         ),
         (
             "a tool call without its result",
             forged(&full, 3, |v| {
-                v["messages"].as_array_mut().expect("messages").pop();
+                v["body"]["messages"]
+                    .as_array_mut()
+                    .expect("messages")
+                    .pop();
+                let messages = v["head"]["messages"].as_u64().expect("a count");
+                v["head"]["messages"] = json!(messages - 1);
+                let state = v["head"]["state"]["messages"].as_u64().expect("a count");
+                v["head"]["state"]["messages"] = json!(state - 1);
             }),
         ),
         (
             "an unknown field",
-            forged(&full, 1, |v| v["extra_field"] = json!(true)),
+            forged(&full, 1, |v| v["head"]["extra_field"] = json!(true)),
         ),
     ];
     for (what, bytes) in cases {
@@ -1020,7 +1005,7 @@ fn a_journal_header_contradicting_its_base_is_not_appended_to() {
 }
 
 #[test]
-fn loosened_base_is_rewritten_private_instead_of_appended_to() {
+fn loosened_base_is_rewritten_private_before_it_is_appended_to() {
     use std::os::unix::fs::PermissionsExt;
     let (_tmp, dir) = store_dir();
     let store = open(&dir);
@@ -1031,6 +1016,9 @@ fn loosened_base_is_rewritten_private_instead_of_appended_to() {
     fs::set_permissions(&f.base, fs::Permissions::from_mode(0o644)).expect("chmod");
     let base_inode = inode(&f.base);
 
+    let base_bytes = fs::read(&f.base).expect("base");
+    let journal_len = len_or_zero(&f.journal);
+
     let expected = save(&store, appended(loaded, 5, SMALL));
     assert_ne!(
         inode(&f.base),
@@ -1039,8 +1027,11 @@ fn loosened_base_is_rewritten_private_instead_of_appended_to() {
     );
     let mode = fs::metadata(&f.base).expect("stat").permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
-    assert_eq!(len_or_zero(&f.journal), 0);
+    // The same base, private now, and the turn appended after the journal's entries.
+    assert_eq!(fs::read(&f.base).expect("base"), base_bytes);
+    assert!(len_or_zero(&f.journal) > journal_len);
     assert_eq!(open(&dir).load(&id).expect("load"), expected);
+    assert_eq!(open(&dir).revisions(&id).expect("revisions").len(), 4);
 }
 
 #[test]

@@ -33,8 +33,8 @@
 //! rewrite (temporary file and rename). In `journal` mode the savers grow sessions the way
 //! a harness does: state `n` of a session is revision `n`, and each save appends turn `n`
 //! to state `n - 1` with [`SessionSnapshot::with_appended`], so the store appends it to
-//! `<id>.journal` as one record, and folds the journal into a new `<id>.json` (a
-//! compaction, a full rewrite) whenever it would grow past its bound. Each saver keeps the
+//! `<id>.journal` as one log entry (the journal is never folded into a new base: every
+//! revision stays in the history). Each saver keeps the
 //! snapshot it last saved of its own session (`.with_revision(saved)`) and appends to it;
 //! the shared session is loaded before each save and reloaded on conflict.
 //!
@@ -51,8 +51,8 @@
 //! trusted: the kind of each save (append or rewrite) is read from the base's `revision`
 //! header after it, and the journal's frames are parsed to find torn tails.
 //!
-//! Kills land 0-60 ms after the start (a compaction takes long enough that with 0-20 ms
-//! the children would hardly ever finish one). After each kill, besides the checks above,
+//! Kills land 0-60 ms after the start (an epoch's first save, a whole new base, takes long
+//! enough that with 0-20 ms the children would hardly ever finish one). After each kill, besides the checks above,
 //! the parent makes a recovery save through a fresh store: it appends the next
 //! turn to every session whose journal ends in a torn tail and to one session in turn, to
 //! whose journal it first adds a torn tail itself (a random prefix of the next record's
@@ -127,9 +127,9 @@ const TURNS_PER_EPOCH: u64 = 24;
 const CONTROL_BUDGET: usize = 500;
 /// Kills land a uniformly random 0..=20 ms after the child reports it started.
 const MAX_DELAY_MICROS: u64 = 20_000;
-/// In journal mode, 0..=60 ms: a compaction (a full rewrite with two fsyncs, after a few
-/// appends) takes long enough that most children would be killed before any completed,
-/// and the checker's recovery saves would do nearly all of them.
+/// In journal mode, 0..=60 ms: an epoch's start (a full rewrite with two fsyncs, after a
+/// few appends) takes long enough that most children would be killed before any
+/// completed, and the checker's recovery saves would do nearly all of them.
 const MAX_JOURNAL_DELAY_MICROS: u64 = 60_000;
 /// A child still running this long after it started was never killed: it exits by itself.
 const CHILD_LIFETIME: Duration = Duration::from_secs(120);
@@ -605,9 +605,10 @@ fn journal_path(dir: &Path, id: &SessionId) -> PathBuf {
     dir.join(format!("{id}.journal"))
 }
 
-/// The journal frame of the record that appends turn `n` of `id` to a state with `from`
+/// The journal frame of the log entry that appends turn `n` of `id` to a state with `from`
 /// messages and usage entries, at `updated_at`, as the store writes it (`docs/FORMAT.md`:
-/// `@<len> <crc32>\n<payload>\n`); the messages and usage are encoded by the crate itself.
+/// `@<len> <crc32>\n<head>\n<body>\n`); the messages and usage are encoded by the crate
+/// itself.
 fn record_frame(
     id: &SessionId,
     n: u64,
@@ -621,15 +622,23 @@ fn record_frame(
         .build()
         .expect("build a turn");
     let turn: Value = serde_json::from_slice(&turn.to_json().expect("encode")).expect("decode");
-    let record = json!({
+    let messages = turn["transcript"].as_array().map_or(0, Vec::len);
+    let head = json!({
         "revision": n,
         "updated_at": turn["updated_at"],
-        "from": { "messages": from_messages, "tool_calls": 0, "usage": from_usage },
-        "messages": turn["transcript"],
-        "tool_calls": [],
+        "kind": "turn",
+        "messages": messages,
         "usage": turn["usage"],
+        "state": {
+            "messages": from_messages + messages,
+            "tool_calls": 0,
+            "usage": from_usage + 1,
+        },
     });
-    let payload = serde_json::to_vec(&record).expect("encode the record");
+    let body = json!({ "messages": turn["transcript"], "tool_calls": [] });
+    let mut payload = serde_json::to_vec(&head).expect("encode the head");
+    payload.push(b'\n');
+    payload.extend(serde_json::to_vec(&body).expect("encode the body"));
     let mut frame =
         format!("@{:08x} {:08x}\n", payload.len(), crc32fast::hash(&payload)).into_bytes();
     frame.extend_from_slice(&payload);
@@ -759,8 +768,9 @@ struct Killed {
 struct SaveKinds {
     /// Records appended to the journal.
     appends: u64,
-    /// Appended states the store wrote as a new base instead: compactions.
-    compactions: u64,
+    /// Appended states the store wrote as a new base instead (none is expected: the log is
+    /// never folded).
+    rewritten_appends: u64,
     /// First states of an epoch (builder snapshots): full rewrites by design.
     epoch_starts: u64,
     /// Shared-session saves whose base another saver replaced before the kind was read.
@@ -772,14 +782,14 @@ impl SaveKinds {
         match kind {
             "append" => self.appends += 1,
             "rewrite" if first_turn(n) == n => self.epoch_starts += 1,
-            "rewrite" => self.compactions += 1,
+            "rewrite" => self.rewritten_appends += 1,
             _ => self.unknown += 1,
         }
     }
 
     fn add(&mut self, other: SaveKinds) {
         self.appends += other.appends;
-        self.compactions += other.compactions;
+        self.rewritten_appends += other.rewritten_appends;
         self.epoch_starts += other.epoch_starts;
         self.unknown += other.unknown;
     }
@@ -1159,11 +1169,11 @@ impl Checker {
             let kinds = self.kinds;
             let _ = write!(
                 line,
-                ", acknowledged appends {}, compactions {}, epoch starts {}, unclassified {}, \
+                ", acknowledged appends {}, appends written as a new base {}, epoch starts {}, unclassified {}, \
                  torn tails left by kills {}, torn tails added {}, recovery saves {} \
                  ({} cut a torn tail by appending, {} rewrote the base)",
                 kinds.appends,
-                kinds.compactions,
+                kinds.rewritten_appends,
                 kinds.epoch_starts,
                 kinds.unknown,
                 self.torn_tails_left,
@@ -1293,7 +1303,7 @@ fn negative_control_torn_in_place_writer_is_caught_by_the_same_checker() {
 }
 
 #[test]
-fn sigkill_during_concurrent_journal_appends_and_compactions_loses_nothing_and_recovers() {
+fn sigkill_during_concurrent_journal_appends_and_new_bases_loses_nothing_and_recovers() {
     let kills = journal_kill_budget();
     let mut rng = Rng::from_env_or_clock();
     let seed = rng.0;
@@ -1327,14 +1337,17 @@ fn sigkill_during_concurrent_journal_appends_and_compactions_loses_nothing_and_r
         "too few saves between kills: {}",
         checker.figures()
     );
-    // The children's saves took both paths: records appended to journals, and journals
-    // folded into new bases (not only at the start of an epoch).
+    // The children's saves took both paths: entries appended to journals, and new bases
+    // at the start of each epoch; an append is never written as a new base (the log is
+    // never folded).
     assert!(
-        checker.kinds.appends > 0 && checker.kinds.compactions > 0,
-        "the children's saves did not both append and compact: {}",
+        checker.kinds.appends > 0
+            && checker.kinds.epoch_starts > 0
+            && checker.kinds.rewritten_appends == 0,
+        "the children's saves did not append and start epochs only: {}",
         checker.figures()
     );
-    // Some kills landed in the middle of a rewrite (a compaction or an epoch's start).
+    // Some kills landed in the middle of a rewrite (an epoch's start).
     assert!(
         checker.kills_leaving_temp_files > 0,
         "no kill interrupted a rewrite: {}",

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | 0 | `id`, `error`, `clock`, `json` | names, errors, time, strict JSON |
 //! | 1 | `transcript`, `usage` | what a conversation holds |
-//! | 2 | `redact`, `engine` | what touches messages: redaction, the model |
+//! | 2 | `redact`, `engine`, `compactor` | what touches messages: redaction, the model, its summaries |
 //! | 3 | `snapshot` | a session's stored state |
 //! | 4 | `store`, `session` | where snapshots are kept; a live session |
 //! | 5 | `lifecycle` | workflows over any store: fork, prune, export, import |
@@ -36,6 +36,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("usage", 1),
     ("redact", 2),
     ("engine", 2),
+    ("compactor", 2),
     ("snapshot", 3),
     ("store", 4),
     ("session", 4),

@@ -36,8 +36,8 @@ mod postgres_store {
     use std::time::Instant;
 
     use agent_session::{
-        Error, ErrorKind, ListCursor, ListScope, Message, PostgresSessionStore, Revision,
-        SessionId, SessionSnapshot, SessionStore, DEFAULT_POSTGRES_SCHEMA,
+        EntryKind, Error, ErrorKind, ListCursor, ListScope, Message, PostgresSessionStore,
+        Revision, SessionId, SessionSnapshot, SessionStore, DEFAULT_POSTGRES_SCHEMA,
     };
     use chrono::{DateTime, Duration, TimeZone, Utc};
     use serde_json::{json, Value};
@@ -484,14 +484,30 @@ mod postgres_store {
                 check_exact(&store, &fresh, first, &what);
                 let again = store.load(fresh.id()).expect(&what);
                 // Unchanged, it is not written again; decoded afresh (so it no longer
-                // knows it is what is stored), it is written whole.
+                // knows it is what is stored), it is appended as an edit that replaces
+                // the whole view: the row's snapshot stays the first, exact bytes, and
+                // the session loads as the same bytes at the new revision.
                 assert_eq!(store.save(&again).expect(&what), first);
                 let rewritten = SessionSnapshot::from_json(&again.to_json().expect(&what))
                     .expect(&what)
                     .with_revision(again.revision());
                 let second = store.save(&rewritten).expect(&what);
                 assert_eq!(second, Revision::from_u64(2));
-                check_exact(&store, &again, second, &what);
+                let expected = fresh.to_json_with_revision(first).expect("encode");
+                assert!(
+                    pg::stored_snapshot(store.schema(), fresh.id().as_str())
+                        .is_some_and(|row| row == expected),
+                    "{what}: the row's snapshot changed"
+                );
+                assert!(
+                    store
+                        .load(fresh.id())
+                        .expect(&what)
+                        .to_json()
+                        .expect("encode")
+                        == again.to_json_with_revision(second).expect("encode"),
+                    "{what}: the edit does not load as the bytes saved"
+                );
                 checked += 1;
             }
         }
@@ -1878,7 +1894,7 @@ mod postgres_store {
     /// once the entries would pass their bound (64 KiB here) they are folded into a new
     /// snapshot and removed, in the same transaction as the save.
     #[test]
-    fn a_turn_onto_a_loaded_session_appends_one_entry_and_entries_fold_past_their_bound() {
+    fn a_turn_onto_a_loaded_session_appends_one_entry_and_entries_are_never_folded() {
         let schemas = Schemas::new();
         let store = schemas.store();
         let schema = store.schema().to_owned();
@@ -1887,16 +1903,18 @@ mod postgres_store {
         let base = pg::stored_snapshot(&schema, "grows-by-entries").expect("row");
 
         let mut current = store.load(first.id()).expect("load");
+        let mut saved = vec![current.clone()];
         for turn in 1..=3_usize {
             current = extended(current, 100);
             let revision = store.save(&current).expect("append");
             assert_eq!(revision.as_u64(), 1 + turn as u64);
             current = current.with_revision(revision);
+            saved.push(current.clone());
             assert_eq!(entry_count(&schema, "grows-by-entries"), turn);
         }
         assert_eq!(
             pg::stored_snapshot(&schema, "grows-by-entries"),
-            Some(base),
+            Some(base.clone()),
             "an append rewrote the row's snapshot"
         );
         let fresh = pg::connect(&schema);
@@ -1904,26 +1922,33 @@ mod postgres_store {
         assert_eq!(loaded, current);
         assert_eq!(loaded.transcript().len(), 7);
 
-        // Turns of 10 KB: the seventh passes 64 KiB of entries and folds them.
-        let mut folded = false;
-        for _ in 0..8 {
+        // Turns of 10 KB, past 64 KiB of entries: still appended, never folded, and every
+        // revision loads as it was saved.
+        for turn in 0..8 {
             current = extended(current, 10_000);
             let revision = store.save(&current).expect("save a big turn");
             current = current.with_revision(revision);
-            if entry_count(&schema, "grows-by-entries") == 0 {
-                folded = true;
-                let row = pg::stored_snapshot(&schema, "grows-by-entries").expect("row");
-                let whole = SessionSnapshot::from_json(&row).expect("the new snapshot");
-                assert_eq!(whole.revision(), revision, "folded at the saved revision");
-                break;
-            }
+            saved.push(current.clone());
+            assert_eq!(entry_count(&schema, "grows-by-entries"), 4 + turn);
         }
-        assert!(folded, "the entries were never folded");
+        assert_eq!(
+            pg::stored_snapshot(&schema, "grows-by-entries"),
+            Some(base),
+            "entries were folded into the row's snapshot"
+        );
         assert_eq!(fresh.load(first.id()).expect("load"), current);
-        // And appends go on after the fold.
+        for expected in &saved {
+            assert_eq!(
+                fresh
+                    .load_at(first.id(), expected.revision())
+                    .expect("load_at"),
+                expected.clone().with_revision(expected.revision())
+            );
+        }
+        assert_eq!(fresh.revisions(first.id()).expect("revisions").len(), 12);
         current = extended(current, 10);
-        let revision = store.save(&current).expect("append after the fold");
-        assert_eq!(entry_count(&schema, "grows-by-entries"), 1);
+        let revision = store.save(&current).expect("append once more");
+        assert_eq!(entry_count(&schema, "grows-by-entries"), 12);
         assert_eq!(fresh.load(first.id()).expect("load").revision(), revision);
         let bytes = store
             .stored_bytes(first.id())
@@ -1990,14 +2015,22 @@ mod postgres_store {
         b.save(&long).expect("save in b");
         let from_a = extended(a.load(short.id()).expect("load from a"), 10);
         assert_eq!(b.save(&from_a).expect("save into b"), Revision::from_u64(2));
-        assert_eq!(
-            entry_count(b.schema(), "look-alike"),
-            0,
-            "appended onto b's row"
-        );
+        // Not a's turn appended onto b's state: an edit that replaces b's view with a's
+        // whole snapshot (b's history keeps its own).
+        let kinds = pg::query_text(&format!(
+            "SELECT convert_from(record, 'UTF8') FROM \"{}\".entries WHERE session_id = 'look-alike'",
+            b.schema()
+        ));
+        assert_eq!(kinds.len(), 1);
+        assert!(kinds[0].contains("\"kind\":\"edit\""), "{}", kinds[0]);
         assert_eq!(
             b.load(short.id()).expect("load from b"),
             from_a.with_revision(Revision::from_u64(2))
+        );
+        assert_eq!(
+            b.load_at(short.id(), Revision::from_u64(1))
+                .expect("b's first revision"),
+            long.clone().with_revision(Revision::from_u64(1))
         );
     }
 
@@ -2037,19 +2070,94 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["2"]
+            ["3"]
         );
         let loaded = store.load(first.id()).expect("load after the upgrade");
         assert_eq!(loaded.transcript(), first.transcript());
-        // A row of version 1 does not record its lengths: its first save is whole, and
-        // records them; the next one appends.
+        // A row of version 1 does not record its lengths: its first save cannot claim to
+        // follow them, so it appends an edit that replaces the whole view, and records
+        // them; the next one appends a turn.
         let next = extended(loaded, 10);
-        let revision = store.save(&next).expect("the first save: whole");
-        assert_eq!(entry_count(&schema, "from-0-1"), 0);
-        store
-            .save(&extended(next.with_revision(revision), 10))
-            .expect("append");
+        let revision = store.save(&next).expect("the first save: an edit");
         assert_eq!(entry_count(&schema, "from-0-1"), 1);
+        let last = extended(next.with_revision(revision), 10);
+        let revision = store.save(&last).expect("append");
+        assert_eq!(entry_count(&schema, "from-0-1"), 2);
+        assert_eq!(
+            store.load(first.id()).expect("load"),
+            last.with_revision(revision)
+        );
+        let kinds: Vec<_> = store
+            .revisions(first.id())
+            .expect("revisions")
+            .iter()
+            .map(|r| r.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [EntryKind::Checkpoint, EntryKind::Edit, EntryKind::Turn]
+        );
         store.migrate().expect("migrate again: nothing to do");
+    }
+
+    /// Tables of version 2 (before the log: entries hold records of journal format 1):
+    /// `migrate` brings them to version 3, their records load as log entries, and later
+    /// saves append entries of the current format after them.
+    #[test]
+    fn version_2_tables_are_upgraded_by_migrate_and_their_records_stay_history() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("from-v2", "first");
+        store.save(&first).expect("save");
+        let loaded = store.load(first.id()).expect("load");
+        let next = extended(loaded.clone(), 10);
+        // What the tables of version 2 held after one appended turn: a record of journal
+        // format 1 (keep the first lengths, append), and no `format` column.
+        let record = serde_json::json!({
+            "revision": 2,
+            "updated_at": next.updated_at(),
+            "from": {"messages": 1, "tool_calls": 0, "usage": 0},
+            "messages": serde_json::to_value(&next.transcript()[1..]).expect("messages"),
+            "tool_calls": [],
+            "usage": serde_json::to_value(next.usage()).expect("usage"),
+        })
+        .to_string();
+        pg::execute(&format!(
+            "ALTER TABLE \"{schema}\".entries DROP COLUMN format;
+             UPDATE \"{schema}\".store_version SET version = 2;
+             UPDATE \"{schema}\".sessions SET revision = 2, state_counts = '3,0,1',
+                 updated_ns = {},
+                 journal_bytes = {} WHERE id = 'from-v2';",
+            next.updated_at().timestamp_nanos_opt().expect("nanos"),
+            record.len()
+        ));
+        pg::execute_with(
+            &format!(
+                "INSERT INTO \"{schema}\".entries (session_id, revision, record)
+                 VALUES ('from-v2', 2, convert_to($1, 'UTF8'))"
+            ),
+            &[record.as_str()],
+        );
+        store.migrate().expect("upgrade");
+        let stored = store.load(first.id()).expect("load after the upgrade");
+        assert_eq!(stored, next.clone().with_revision(Revision::from_u64(2)));
+        let last = extended(stored, 10);
+        let revision = store.save(&last).expect("append after the record");
+        assert_eq!(revision, Revision::from_u64(3));
+        assert_eq!(
+            store.load(first.id()).expect("load"),
+            last.with_revision(revision)
+        );
+        assert_eq!(
+            store
+                .load_at(first.id(), Revision::from_u64(2))
+                .expect("the record's revision"),
+            next.with_revision(Revision::from_u64(2))
+        );
+        let formats = pg::query_text(&format!(
+            "SELECT format::text FROM \"{schema}\".entries ORDER BY revision"
+        ));
+        assert_eq!(formats, ["1", "2"]);
     }
 }

@@ -643,8 +643,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The model: what each store must hold.
-type Model = BTreeMap<SessionId, (Revision, SessionSnapshot)>;
+/// The model: what each store must hold, and the oldest revision its history keeps (the
+/// revision that created the session, or that replaced one created at another time).
+type Model = BTreeMap<SessionId, (Revision, SessionSnapshot, Revision)>;
 
 /// The store under test: a memory store, or a directory with two file-store handles.
 enum Subject {
@@ -680,7 +681,11 @@ impl Subject {
 fn expected_listing(model: &Model) -> Vec<SessionSummary> {
     let mut summaries: Vec<SessionSummary> = model
         .values()
-        .map(|(_, snapshot)| SessionSummary::of(snapshot))
+        .map(|(_, snapshot, oldest)| {
+            let mut summary = SessionSummary::of(snapshot);
+            summary.history.oldest_revision = *oldest;
+            summary
+        })
         .collect();
     summaries.sort_by(|a, b| {
         b.updated_at
@@ -709,7 +714,7 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             spec,
         } => {
             let id = &ids[*slot];
-            let stored = model.get(id).map(|(revision, _)| *revision);
+            let stored = model.get(id).map(|(revision, ..)| *revision);
             let current = stored.unwrap_or(Revision::NEW).as_u64();
             let claimed = Revision::from_u64(match basis {
                 Basis::Current => current,
@@ -726,7 +731,18 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             if succeeds {
                 let revision = result.unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(revision, claimed.next(), "{what}");
-                model.insert(id.clone(), (revision, snapshot.with_revision(revision)));
+                // A save over the same session (same creation time) adds to its history;
+                // another session under the id starts one.
+                let oldest = match model.get(id) {
+                    Some((_, before, oldest)) if before.created_at() == snapshot.created_at() => {
+                        *oldest
+                    }
+                    _ => revision,
+                };
+                model.insert(
+                    id.clone(),
+                    (revision, snapshot.with_revision(revision), oldest),
+                );
             } else {
                 match result {
                     Err(Error::Conflict {
@@ -746,7 +762,7 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             let id = &ids[*slot];
             let result = subject.handle(*handle).load(id);
             match model.get(id) {
-                Some((revision, expected)) => {
+                Some((revision, expected, _)) => {
                     let loaded = result.unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert_eq!(loaded.revision(), *revision, "{what}");
                     assert_unchanged(expected, &loaded, &what);

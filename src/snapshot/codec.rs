@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 
 use super::upgrade;
 use super::{
-    Lineage, PersistedOptions, SessionSnapshot, ToolCallRecord, OLDEST_SCHEMA_VERSION,
-    SCHEMA_VERSION,
+    HistoryStats, Lineage, PersistedOptions, SessionSnapshot, ToolCallRecord,
+    OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
@@ -240,6 +240,8 @@ impl SessionSnapshot {
             provenance: None,
             redacted_by: None,
             metadata_too_deep: None,
+            history: HistoryStats::default(),
+            replaces_history: false,
         }
     }
 
@@ -290,9 +292,7 @@ impl SessionSnapshot {
             id: self.id.clone(),
             source,
         };
-        if let Some(depth) = self.metadata_too_deep {
-            return Err(self.too_deep("metadata", depth, json::MAX_METADATA_DEPTH));
-        }
+        self.check_metadata_kept()?;
         // Written part by part (the same bytes as one derived encoding), so the transcript,
         // most of the bytes, can be encoded on several threads.
         let transcript = encode_in_parallel(&self.transcript).map_err(failed)?;
@@ -329,6 +329,15 @@ impl SessionSnapshot {
             return Err(self.too_deep("the snapshot", depth, json::MAX_JSON_DEPTH));
         }
         Ok(out)
+    }
+
+    /// Refuses a snapshot whose metadata was left out for nesting too deep (see the
+    /// field's docs): none of its encodings may be stored.
+    pub(crate) fn check_metadata_kept(&self) -> Result<()> {
+        match self.metadata_too_deep {
+            Some(depth) => Err(self.too_deep("metadata", depth, json::MAX_METADATA_DEPTH)),
+            None => Ok(()),
+        }
     }
 
     fn too_deep(&self, part: &str, depth: usize, limit: usize) -> Error {

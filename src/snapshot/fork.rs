@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{SessionSnapshot, ToolCallRecord};
+use super::{HistoryStats, SessionSnapshot, ToolCallRecord};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
@@ -291,6 +291,8 @@ impl SessionSnapshot {
             provenance: None,
             redacted_by: None,
             metadata_too_deep: None,
+            history: HistoryStats::default(),
+            replaces_history: false,
         };
         let mut fork = fork;
         fork.validate()?;
@@ -324,6 +326,7 @@ impl SessionSnapshot {
             lineage,
             provenance: None,
             redacted_by: None,
+            history: HistoryStats::default(),
             ..self.clone()
         }
     }

@@ -8,10 +8,15 @@
 //! ([`redaction`]), and reading older schema versions ([`upgrade`]).
 
 mod codec;
+mod compact;
 mod delta;
+mod entry;
+mod fold;
 mod fork;
+mod log;
 mod record;
 mod redaction;
+mod restore;
 mod rewind;
 mod upgrade;
 mod validate;
@@ -30,9 +35,18 @@ use crate::json::{self, strict};
 use crate::transcript::{dismantle_message, ContentBlock, Message, Role, ToolCall, ToolResult};
 use crate::usage::{Usage, UsageTotals};
 
-pub(crate) use delta::{Change, Counts, Provenance};
+pub(crate) use compact::{compact_parts, compaction_point, CompactTarget};
+pub(crate) use delta::{Counts, Provenance};
+pub(crate) use entry::{
+    decode_head, entry_of_record, intact_frame, parse_frame_header, push_frame, split_entry,
+    FRAME_HEADER_LEN,
+};
+pub use entry::{EntryKind, LogEntry};
 pub use fork::{ForkAt, Lineage};
-pub(crate) use record::{counts_after, decode_record, encode_record_payload};
+pub(crate) use log::LogSource;
+pub use log::{History, HistoryMessage, HistoryStats, RevisionInfo, SessionLog, Standing};
+pub(crate) use record::{counts_after, decode_record};
+pub(crate) use restore::{restore_parts, RestoreTarget};
 pub(crate) use rewind::rewind_parts;
 pub use rewind::RewindTo;
 pub(crate) use validate::check_metadata_depth;
@@ -235,6 +249,12 @@ pub struct SessionSnapshot {
     /// every encoding of the snapshot fails with [`Error::TooDeep`], so no store saves it
     /// and nothing recurses through it.
     metadata_too_deep: Option<usize>,
+    /// What the store's log holds beyond this state; not part of its value.
+    history: HistoryStats,
+    /// Whether saving this snapshot must replace the stored session's history rather than
+    /// add to it: set when redaction changed messages the store already holds (the
+    /// stored history would keep the text the redactor now removes).
+    replaces_history: bool,
 }
 
 impl PartialEq for SessionSnapshot {
@@ -340,6 +360,26 @@ impl SessionSnapshot {
         &self.usage
     }
 
+    /// Whether saving this snapshot must replace the stored session's history instead of
+    /// adding to it: its redaction changed messages the store holds, and the history would
+    /// keep their unredacted text.
+    pub(crate) fn replaces_history(&self) -> bool {
+        self.replaces_history
+    }
+
+    /// Sets what the store's log holds beyond this state (a store, for what it loads).
+    pub(crate) fn set_history_stats(&mut self, stats: HistoryStats) {
+        self.history = stats;
+    }
+
+    /// What the store's log holds beyond this state: where the kept history starts and how
+    /// often it was rewound, compacted or restored (all zero for a snapshot not loaded
+    /// from a store).
+    #[must_use]
+    pub fn history_stats(&self) -> HistoryStats {
+        self.history
+    }
+
     /// Usage summed over all completions (kept as usage is added, so this costs nothing).
     #[must_use]
     pub fn totals(&self) -> UsageTotals {
@@ -405,6 +445,8 @@ impl SessionSnapshot {
             provenance: parts.provenance,
             redacted_by: None,
             metadata_too_deep: parts.metadata_too_deep,
+            history: parts.history,
+            replaces_history: false,
         };
         #[cfg(debug_assertions)]
         if snapshot.metadata_too_deep.is_none() {
@@ -434,6 +476,7 @@ impl SessionSnapshot {
             totals: self.totals,
             provenance: self.provenance,
             metadata_too_deep: None,
+            history: self.history,
         }
     }
 }
@@ -454,6 +497,7 @@ pub(crate) struct SnapshotParts {
     pub(crate) provenance: Option<Provenance>,
     /// See [`SessionSnapshot`]'s field of the same name; always `None` from a snapshot.
     pub(crate) metadata_too_deep: Option<usize>,
+    pub(crate) history: HistoryStats,
 }
 
 /// `text` cut to `max` characters, with an ellipsis if anything was cut.
@@ -675,6 +719,8 @@ impl SnapshotBuilder {
             provenance: None,
             redacted_by: None,
             metadata_too_deep: None,
+            history: HistoryStats::default(),
+            replaces_history: false,
         };
         let mut snapshot = snapshot;
         snapshot.validate()?;

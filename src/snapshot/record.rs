@@ -1,32 +1,31 @@
-//! The JSON form of a [`Change`]: one record of the journal that follows a base snapshot
-//! (`docs/FORMAT.md`, "Journal"). Every store that appends changes instead of rewriting a
-//! session stores these bytes: the file store framed in `<id>.journal`, the PostgreSQL
-//! store one per row of its entries table.
+//! Journal records of journal format 1, written before the log (`docs/FORMAT.md`,
+//! "Journal format 1"): each keeps the first `from` elements of the previous state and
+//! appends. This release reads them (as log entries, [`entry_of_record`](super::entry))
+//! and never writes them.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{Change, Counts, PersistedOptions, ToolCallRecord};
+use super::{Counts, PersistedOptions, ToolCallRecord};
 use crate::error::{Error, Location, Result};
-use crate::id::{Revision, SessionId};
-use crate::json::{self, strict, ObjectOnly};
+use crate::id::Revision;
+use crate::json::{strict, ObjectOnly};
 use crate::transcript::Message;
 use crate::usage::Usage;
 
-/// A record as written: borrows the change's parts.
-#[derive(Serialize)]
-struct EncodedRecord<'a> {
-    revision: Revision,
-    updated_at: &'a DateTime<Utc>,
-    from: &'a Counts,
-    messages: &'a [Message],
-    tool_calls: &'a [ToolCallRecord],
-    usage: &'a [Usage],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    options: Option<&'a PersistedOptions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metadata: Option<&'a Map<String, Value>>,
+/// A change from one stored state to the next: keep the first `from` elements, append the
+/// rest, and replace options or metadata if given. A journal record of format 1 holds one.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub(crate) revision: Revision,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) from: Counts,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) tool_calls: Vec<ToolCallRecord>,
+    pub(crate) usage: Vec<Usage>,
+    pub(crate) options: Option<PersistedOptions>,
+    pub(crate) metadata: Option<Map<String, Value>>,
 }
 
 /// A record as read, with the same strictness as a snapshot.
@@ -59,39 +58,6 @@ fn optional_map<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<Map<String, Value>>, D::Error> {
     strict::map(d).map(Some)
-}
-
-/// The record of `change` to session `id`: one compact JSON object.
-///
-/// # Errors
-///
-/// [`Error::TooDeep`] if the record could not be read back, as for a snapshot.
-pub(crate) fn encode_record_payload(id: &SessionId, change: &Change) -> Result<Vec<u8>> {
-    let record = EncodedRecord {
-        revision: change.revision,
-        updated_at: &change.updated_at,
-        from: &change.from,
-        messages: &change.messages,
-        tool_calls: &change.tool_calls,
-        usage: &change.usage,
-        options: change.options.as_ref(),
-        metadata: change.metadata.as_ref(),
-    };
-    let mut payload = Vec::new();
-    let depth =
-        json::write_measuring_depth(&mut payload, &record).map_err(|source| Error::Encode {
-            id: id.clone(),
-            source,
-        })?;
-    if depth > json::MAX_JSON_DEPTH {
-        return Err(Error::TooDeep {
-            id: id.clone(),
-            part: "the journal record".to_owned(),
-            depth,
-            limit: json::MAX_JSON_DEPTH,
-        });
-    }
-    Ok(payload)
 }
 
 /// Decodes a record into the change it stores.

@@ -39,19 +39,25 @@ impl SessionSnapshot {
             redact::redact_string(redactor, prompt);
         }
         redact::redact_map(redactor, &mut self.metadata);
-        let kept = self.provenance.as_ref().map_or(0, |p| p.kept.messages);
-        let mut first_changed = None;
+        let kept = self
+            .provenance
+            .as_ref()
+            .map_or(0..0, |p| p.pending.kept_range());
+        let mut changed_kept = false;
         for (i, message) in Arc::make_mut(&mut self.transcript).iter_mut().enumerate() {
-            if redact::redact_message(redactor, message) && first_changed.is_none() {
-                first_changed = Some(i);
+            if redact::redact_message(redactor, message) && kept.contains(&i) {
+                changed_kept = true;
             }
         }
         // Messages a store already holds changed: they are still the stored ones only if
         // the stored copy was redacted with this same redactor.
         let stored_redacted_alike =
             id.is_some() && self.provenance.as_ref().is_some_and(|p| p.redactor == id);
-        if first_changed.is_some_and(|first| first < kept) && !stored_redacted_alike {
+        if changed_kept && !stored_redacted_alike {
             self.provenance = None;
+            // The stored history holds the text the redactor now removes: the save
+            // replaces it (see `SessionStore::save`).
+            self.replaces_history = true;
         }
         self.redacted_by = id;
     }

@@ -136,10 +136,9 @@ pub(crate) fn rewind_parts(
     Arc::make_mut(transcript)
         .drain(cut..)
         .for_each(dismantle_message);
-    let unchanged = keep_records_before(Arc::make_mut(records), cut);
+    keep_records_before(Arc::make_mut(records), cut);
     if let Some(provenance) = provenance {
-        provenance.kept.messages = provenance.kept.messages.min(cut);
-        provenance.kept.tool_calls = provenance.kept.tool_calls.min(unchanged);
+        provenance.pending.rewound_to(cut);
     }
     Ok(dropped)
 }

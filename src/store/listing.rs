@@ -11,7 +11,7 @@ use super::SessionStore;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{Lineage, SessionSnapshot};
+use crate::snapshot::{HistoryStats, Lineage, SessionSnapshot};
 use crate::usage::Cost;
 
 /// The longest model name a summary holds, in characters.
@@ -59,6 +59,9 @@ pub struct SessionSummary {
     /// ([`SessionSummary::of`] says `false`: archiving is the store's state, not the
     /// snapshot's.)
     pub archived: bool,
+    /// What its stored history holds beyond the view: whether it was rewound, compacted
+    /// or restored, and where the kept history starts.
+    pub history: HistoryStats,
 }
 
 impl SessionSummary {
@@ -86,6 +89,7 @@ impl SessionSummary {
             cost: snapshot.totals().cost,
             lineage: snapshot.lineage().cloned(),
             archived: false,
+            history: snapshot.history_stats(),
         }
     }
 }

@@ -7,9 +7,13 @@ use super::{
     check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore,
     SessionSummary, StoredVersion,
 };
+use chrono::{DateTime, Utc};
+
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::snapshot::{encode_record_payload, Change, SessionSnapshot};
+use crate::snapshot::{
+    Counts, History, HistoryStats, LogEntry, LogSource, RevisionInfo, SessionSnapshot,
+};
 
 /// A [`SessionStore`] that keeps snapshots in memory, with the same compare-and-swap
 /// semantics as the file store. Nothing survives the process.
@@ -32,32 +36,84 @@ pub struct MemorySessionStore {
     sessions: Mutex<HashMap<SessionId, Stored>>,
 }
 
-/// One stored session.
+/// One stored session: its log (the checkpoint it was first saved as, or last written
+/// whole as, and the entries saved since), and its head state.
 #[derive(Debug)]
 struct Stored {
-    snapshot: SessionSnapshot,
-    /// The length of its JSON form ([`SessionStore::stored_bytes`]), once measured.
+    checkpoint: SessionSnapshot,
+    entries: Vec<LogEntry>,
+    /// The head state, kept up to date by applying each entry in place; `None` after a
+    /// restore, until the next load works it out from the log.
+    head: Option<SessionSnapshot>,
+    /// The head's revision, creation time and lengths (known even when `head` is not).
+    revision: Revision,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    counts: Counts,
+    /// The length of the log's JSON form ([`SessionStore::stored_bytes`]), once measured.
     bytes: Option<u64>,
     archived: bool,
 }
 
-/// The change to append for `snapshot`, saved at `revision` over `stored`: `Some` if the
-/// snapshot knows it derives from exactly the stored state (the same revision, creation
-/// and update times and lengths), so that applying the change to `stored` gives it.
-fn appendable(
-    snapshot: &SessionSnapshot,
-    stored: &SessionSnapshot,
-    revision: Revision,
-) -> Option<Change> {
-    snapshot
-        .derives_from(
-            stored.revision(),
-            stored.created_at(),
-            stored.updated_at(),
-            stored.counts(),
-        )
-        .then(|| snapshot.change_since_stored(revision))
-        .flatten()
+impl Stored {
+    fn new(snapshot: &SessionSnapshot, revision: Revision, archived: bool) -> Self {
+        // Copies of their own, so the session that saved it extends its transcript without
+        // copying it (a shared one would be copied at its next message).
+        let mut checkpoint = snapshot.unshared();
+        checkpoint.mark_stored(revision);
+        checkpoint.set_history_stats(HistoryStats {
+            oldest_revision: revision,
+            ..HistoryStats::default()
+        });
+        let head = checkpoint.unshared();
+        Stored {
+            revision,
+            created_at: head.created_at(),
+            updated_at: head.updated_at(),
+            counts: head.counts(),
+            checkpoint,
+            entries: Vec::new(),
+            head: Some(head),
+            bytes: None,
+            archived,
+        }
+    }
+
+    fn log(&self) -> LogSource<'static> {
+        let mut log = LogSource::new(self.checkpoint.unshared());
+        for entry in &self.entries {
+            log.push(entry.clone());
+        }
+        log
+    }
+
+    /// The head state, worked out from the log if it is not kept.
+    fn head(&mut self) -> Result<&SessionSnapshot> {
+        if self.head.is_none() {
+            let mut head = self.log().state_at(None)?;
+            head.mark_stored(self.revision);
+            self.head = Some(head);
+        }
+        self.head
+            .as_ref()
+            .ok_or_else(|| Error::inconsistent("the memory store lost a session's head"))
+    }
+
+    /// Appends `entry`, which takes the head to `snapshot` (already checked).
+    fn append(&mut self, entry: LogEntry, snapshot: &SessionSnapshot) {
+        let applied = match (entry.head.base, self.head.as_mut()) {
+            (None, Some(head)) => head.apply_entry(&entry).is_ok(),
+            _ => false,
+        };
+        if !applied {
+            self.head = None;
+        }
+        self.revision = entry.revision();
+        self.updated_at = snapshot.updated_at();
+        self.counts = snapshot.counts();
+        self.bytes = None;
+        self.entries.push(entry);
+    }
 }
 
 impl MemorySessionStore {
@@ -74,66 +130,93 @@ impl MemorySessionStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn with_stored<T>(
+        &self,
+        id: &SessionId,
+        f: impl FnOnce(&mut Stored) -> Result<T>,
+    ) -> Result<T> {
+        let mut sessions = self.sessions();
+        let stored = sessions
+            .get_mut(id)
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        f(stored)
+    }
 }
 
 impl SessionStore for MemorySessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let mut sessions = self.sessions();
-        let stored = sessions.get(snapshot.id());
+        let stored = sessions.get_mut(snapshot.id());
         check_revision(
             snapshot.id(),
             snapshot.revision(),
-            stored.map(|s| s.snapshot.revision()),
+            stored.as_ref().map(|s| s.revision),
         )?;
-        // Exactly what is stored (loaded, or saved and not changed since): nothing to do.
-        if let Some(stored) = stored.filter(|s| {
-            snapshot.is_unchanged_since_stored()
-                && s.snapshot.created_at() == snapshot.created_at()
-                && s.snapshot.updated_at() == snapshot.updated_at()
-                && s.snapshot.counts() == snapshot.counts()
-                && s.snapshot.options() == snapshot.options()
-                && s.snapshot.metadata() == snapshot.metadata()
-        }) {
-            return Ok(stored.snapshot.revision());
-        }
-        let archived = stored.is_some_and(|s| s.archived);
         let revision = snapshot.revision().next();
-        // A snapshot that derives from exactly the stored state appends what changed, as
-        // the file store's journal does: the cost is the turn's, not the session's.
-        if let Some(stored) = sessions.get_mut(snapshot.id()) {
-            if let Some(change) = appendable(snapshot, &stored.snapshot, revision) {
-                // Refuse what the file store would refuse (a record too deep to read back).
-                encode_record_payload(snapshot.id(), &change)?;
-                stored.snapshot.apply_change(change)?;
-                stored.bytes = None;
-                return Ok(revision);
-            }
-        }
-        // Refuse what the file store would refuse (a snapshot too deep to read back), so
-        // tests against this store do not pass where the file store fails.
-        let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
-        sessions.insert(
-            snapshot.id().clone(),
-            Stored {
-                // A copy of its own, so the session that saved it extends its transcript
-                // without copying it (a shared one would be copied at its next message).
-                snapshot: snapshot.unshared().with_revision(revision),
-                bytes: Some(bytes),
-                archived,
-            },
+        let Some(stored) = stored else {
+            // Refuse what the file store would refuse (a snapshot too deep to read back), so
+            // tests against this store do not pass where the file store fails.
+            let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
+            let mut stored = Stored::new(snapshot, revision, false);
+            stored.bytes = Some(bytes);
+            sessions.insert(snapshot.id().clone(), stored);
+            return Ok(revision);
+        };
+        let derives = snapshot.derives_from(
+            stored.revision,
+            stored.created_at,
+            stored.updated_at,
+            stored.counts,
         );
+        // Exactly what is stored (loaded, or saved and not changed since): nothing to do.
+        if derives && snapshot.is_unchanged_since_stored() {
+            return Ok(stored.revision);
+        }
+        if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
+            // Another session under the same id (deleted and created again): replaced whole,
+            // as the file store's journal ignores an older session's records.
+            let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
+            let archived = stored.archived;
+            *stored = Stored::new(snapshot, revision, archived);
+            stored.bytes = Some(bytes);
+            return Ok(revision);
+        }
+        // Every other save appends one entry, as the file store's journal does: the cost is
+        // the change's, and history keeps what a rewind, a compaction or a whole save
+        // replaced.
+        let entry = match snapshot.entry_since_stored(revision).filter(|_| derives) {
+            Some(entry) => entry,
+            None => snapshot.entry_replacing_all(revision)?,
+        };
+        // Refuse what the file store would refuse (an entry too deep to read back).
+        entry.to_bytes(snapshot.id())?;
+        stored.append(entry, snapshot);
         Ok(revision)
     }
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        let mut snapshot = self
-            .sessions()
-            .get(id)
-            .map(|s| s.snapshot.clone())
-            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
-        let revision = snapshot.revision();
-        snapshot.mark_stored(revision);
-        Ok(snapshot)
+        self.with_stored(id, |stored| {
+            let mut snapshot = stored.head()?.clone();
+            let revision = snapshot.revision();
+            snapshot.mark_stored(revision);
+            Ok(snapshot)
+        })
+    }
+
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        let log = self.with_stored(id, |stored| Ok(stored.log()))?;
+        log.state_at(Some(revision))
+    }
+
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        let log = self.with_stored(id, |stored| Ok(stored.log()))?;
+        log.revisions()
+    }
+
+    fn history(&self, id: &SessionId) -> Result<History> {
+        let log = self.with_stored(id, |stored| Ok(stored.log()))?;
+        log.history().map(|(history, _)| history)
     }
 
     fn list(&self) -> Result<SessionList> {
@@ -143,14 +226,14 @@ impl SessionStore for MemorySessionStore {
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         let summaries = self
             .sessions()
-            .values()
+            .values_mut()
             .filter(|s| scope.includes(s.archived))
             .map(|s| {
-                let mut summary = SessionSummary::of(&s.snapshot);
+                let mut summary = SessionSummary::of(s.head()?);
                 summary.archived = s.archived;
-                summary
+                Ok(summary)
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(SessionList::new(summaries, Vec::new()))
     }
 
@@ -162,33 +245,35 @@ impl SessionStore for MemorySessionStore {
     }
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
-        let mut sessions = self.sessions();
-        let stored = sessions
-            .get_mut(id)
-            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
-        // Measured when asked (a prune with a size limit), not at every append.
-        let bytes = match stored.bytes {
-            Some(bytes) => bytes,
-            None => stored.snapshot.to_json()?.len() as u64,
-        };
-        stored.bytes = Some(bytes);
-        Ok(Some(bytes))
+        self.with_stored(id, |stored| {
+            // Measured when asked (a prune with a size limit), not at every append: the
+            // checkpoint's JSON and every entry's stored form, as the file store keeps them.
+            let bytes = if let Some(bytes) = stored.bytes {
+                bytes
+            } else {
+                let mut bytes = stored.checkpoint.to_json()?.len() as u64;
+                for entry in &stored.entries {
+                    bytes += entry.to_bytes(id)?.len() as u64;
+                }
+                bytes
+            };
+            stored.bytes = Some(bytes);
+            Ok(Some(bytes))
+        })
     }
 
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
-        let mut sessions = self.sessions();
-        let stored = sessions
-            .get_mut(id)
-            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
-        stored.archived = archived;
-        Ok(())
+        self.with_stored(id, |stored| {
+            stored.archived = archived;
+            Ok(())
+        })
     }
 
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let mut sessions = self.sessions();
         let stored = sessions.get(&listed.id).map(|s| StoredVersion {
-            revision: s.snapshot.revision(),
-            created_at: s.snapshot.created_at(),
+            revision: s.revision,
+            created_at: s.created_at,
             archived: s.archived,
         });
         check_unchanged(listed, stored)?;
@@ -204,11 +289,12 @@ mod tests {
     use crate::usage::Usage;
     use crate::RewindTo;
 
-    /// Appends, rewinds and whole rewrites, each saved over the last: the appends and
-    /// rewinds are appended, what a load gives back is exactly what was saved, totals
-    /// included, and the size measured when asked is the JSON's.
+    /// Appends, rewinds and snapshots built anew, each saved over the last: every save
+    /// after the first appends one entry (the head applied in place but for restores),
+    /// what a load gives back is exactly what was saved, totals included, and the size
+    /// measured when asked is that of the checkpoint and the entries as stored.
     #[test]
-    fn appended_saves_load_back_exactly_and_measure_their_json() {
+    fn every_save_appends_an_entry_and_loads_back_exactly() {
         let store = MemorySessionStore::new();
         let id = SessionId::parse("appends").expect("id");
         let first = SessionSnapshot::builder(id.clone(), "m")
@@ -245,20 +331,29 @@ mod tests {
                     .expect("extend"),
             };
             let revision = store.save(&current).expect("save");
-            // An append leaves the size unmeasured; a whole write measures it.
-            let measured = store.sessions()[&id].bytes.is_some();
-            assert_eq!(
-                measured,
-                step % 5 == 4,
-                "step {step}: appended or written whole"
-            );
+            {
+                let sessions = store.sessions();
+                let stored = &sessions[&id];
+                assert_eq!(stored.entries.len(), usize::try_from(step + 1).unwrap());
+                assert!(stored.head.is_some(), "step {step}: applied in place");
+            }
             current = current.with_revision(revision);
             let loaded = store.load(&id).expect("load");
             assert_eq!(loaded, current, "step {step}");
             assert_eq!(loaded.totals(), current.totals(), "step {step}");
             let bytes = store.stored_bytes(&id).expect("size").expect("known");
-            assert_eq!(bytes, current.to_json().expect("encode").len() as u64);
+            let sessions = store.sessions();
+            let stored = &sessions[&id];
+            let expected = stored.checkpoint.to_json().expect("encode").len()
+                + stored
+                    .entries
+                    .iter()
+                    .map(|e| e.to_bytes(&id).expect("encode").len())
+                    .sum::<usize>();
+            assert_eq!(bytes, expected as u64);
+            drop(sessions);
             current = loaded;
         }
+        assert_eq!(store.revisions(&id).expect("revisions").len(), 41);
     }
 }

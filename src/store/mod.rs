@@ -12,7 +12,9 @@ mod postgres;
 
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{
+    EntryKind, History, HistoryMessage, RevisionInfo, SessionSnapshot, Standing,
+};
 
 pub use checks::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, StoredVersion,
@@ -22,23 +24,6 @@ pub use listing::{ListCursor, ListScope, SessionList, SessionPage, SessionSummar
 pub use memory::MemorySessionStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
-
-/// A store that appends changes after a whole snapshot (the file store's journal, the
-/// PostgreSQL store's entries) folds them into a new snapshot once they would grow past the
-/// larger of this and an eighth of the snapshot ([`JOURNAL_FRACTION`]), so a session never
-/// takes more than about 1.125 times its snapshot's size, and a fold rewrites it once per
-/// eighth of growth rather than at every change.
-pub(crate) const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
-/// See [`MIN_JOURNAL_BYTES`].
-pub(crate) const JOURNAL_FRACTION: u64 = 8;
-
-/// How many bytes of appended changes a snapshot of `base_bytes` may have before they are
-/// folded into a new one: [`MIN_JOURNAL_BYTES`] or an eighth of it, within `limit`.
-pub(crate) fn journal_bound(base_bytes: u64, limit: u64) -> u64 {
-    MIN_JOURNAL_BYTES
-        .max(base_bytes / JOURNAL_FRACTION)
-        .min(limit)
-}
 
 /// The default largest snapshot a store reads or writes: 256 MiB (for the file store, the
 /// size of a snapshot file; for the PostgreSQL store, of a row's snapshot).
@@ -263,6 +248,101 @@ pub trait SessionStore: Send + Sync {
         let _ = id;
         Ok(None)
     }
+
+    /// The session exactly as it was at `revision`: its view, tool-call records, usage,
+    /// options and metadata then. Not marked as stored (saving it would conflict with the
+    /// head); to make it the head again, [`restore`](Self::restore) it.
+    ///
+    /// The stores of this crate keep every revision since the session was created (or
+    /// since the oldest one a history retention policy kept). The default implementation
+    /// suits a store that keeps only the head: it returns the head for its own revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no session `id`; [`Error::RevisionNotFound`] (a
+    /// not-found kind) if the store does not keep `revision`; a corrupt-kind error if what
+    /// is stored cannot be trusted.
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        let head = self.load(id)?;
+        if head.revision() == revision {
+            return Ok(head);
+        }
+        Err(Error::RevisionNotFound {
+            id: id.clone(),
+            revision,
+            oldest: head.revision(),
+            newest: head.revision(),
+        })
+    }
+
+    /// The revisions the store keeps of session `id`, oldest first: each one's time, kind
+    /// of change ([`EntryKind::Checkpoint`] for the oldest kept) and view length.
+    ///
+    /// The default implementation suits a store that keeps only the head: one revision.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load).
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        let head = self.load(id)?;
+        Ok(vec![RevisionInfo {
+            revision: head.revision(),
+            updated_at: head.updated_at(),
+            kind: EntryKind::Checkpoint,
+            messages: head.transcript().len(),
+            restored_from: None,
+        }])
+    }
+
+    /// Everything the store keeps of session `id`'s history: every message its revisions'
+    /// views held, with where each stands at the head (in the view, rewound, compacted
+    /// or replaced).
+    ///
+    /// The default implementation suits a store that keeps only the head: the view.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load).
+    fn history(&self, id: &SessionId) -> Result<History> {
+        let head = self.load(id)?;
+        Ok(History {
+            id: id.clone(),
+            revision: head.revision(),
+            oldest_revision: head.revision(),
+            messages: head
+                .transcript()
+                .iter()
+                .enumerate()
+                .map(|(index, message)| HistoryMessage {
+                    message: message.clone(),
+                    added_at: head.revision(),
+                    standing: Standing::InView { index },
+                })
+                .collect(),
+        })
+    }
+
+    /// Makes revision `revision` of session `id` the head again, as a new revision (its
+    /// view, options and metadata; usage stays counted), and returns the new revision.
+    /// Undoes a rewind, or goes back anywhere the store keeps; the revisions in between
+    /// stay in the history.
+    ///
+    /// The default implementation loads the head and `revision`
+    /// ([`load_at`](Self::load_at)) and saves the head restored
+    /// ([`SessionSnapshot::restore_from`]). [`FileSessionStore`] appends the restore
+    /// without reading the session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no session `id`; [`Error::RevisionNotFound`] if
+    /// the store does not keep `revision`; [`Error::Conflict`] if another writer saved the
+    /// session meanwhile; storage errors otherwise. Nothing is written on error.
+    fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        let mut head = self.load(id)?;
+        let past = self.load_at(id, revision)?;
+        head.restore_from(&past)?;
+        self.save(&head)
+    }
 }
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
@@ -300,5 +380,21 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
         (**self).stored_bytes(id)
+    }
+
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        (**self).load_at(id, revision)
+    }
+
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        (**self).revisions(id)
+    }
+
+    fn history(&self, id: &SessionId) -> Result<History> {
+        (**self).history(id)
+    }
+
+    fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        (**self).restore(id, revision)
     }
 }

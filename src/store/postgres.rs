@@ -13,20 +13,27 @@ use tokio_postgres::NoTls;
 use super::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
     Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
-    DEFAULT_MAX_SNAPSHOT_BYTES, JOURNAL_FRACTION, MIN_JOURNAL_BYTES,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
 use crate::json::ObjectOnly;
-use crate::snapshot::{decode_record, encode_record_payload, Counts, Lineage, SessionSnapshot};
+use crate::snapshot::{
+    counts_after, decode_head, decode_record, entry_of_record, intact_frame, split_entry, Counts,
+    EntryKind, History, HistoryStats, Lineage, LogSource, RevisionInfo, SessionSnapshot,
+};
 use crate::usage::Cost;
 
 /// The schema the store uses when none is set.
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
-const TABLES_VERSION: i32 = 2;
+const TABLES_VERSION: i32 = 3;
+
+/// The `format` of an entry row holding a log entry (its head and body frames); rows of
+/// tables before version 3 hold journal records of format 1.
+const ENTRY_FORMAT: i16 = 2;
 
 /// How long opening a connection may take by default
 /// ([`PostgresStoreBuilder::connect_timeout`]).
@@ -294,6 +301,28 @@ fn check_schema_name(schema: &str) -> Result<()> {
     }
 }
 
+/// What an append found.
+#[derive(Debug, Clone, Copy)]
+enum Appended {
+    /// Stored at this revision.
+    Done(Revision),
+    /// The row is at another revision (or gone).
+    Conflict(Option<Revision>),
+    /// The row holds another session created under the same id.
+    OtherSession,
+    /// The entries would pass the size limit (their total size then).
+    TooLarge(u64),
+    /// The row is at the revision, but not in the state a derived entry follows.
+    NotDerived,
+}
+
+/// A row and its entries as read.
+struct StoredRows {
+    revision: Revision,
+    snapshot: Vec<u8>,
+    entries: Vec<(i16, Vec<u8>)>,
+}
+
 /// The listing fields of a session, stored as JSON beside its snapshot so that listings
 /// never read snapshots.
 #[derive(Serialize, Deserialize)]
@@ -310,6 +339,19 @@ struct StoredSummary {
     cost: Cost,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lineage: Option<Lineage>,
+    /// Absent in rows written before tables version 3.
+    #[serde(default)]
+    history: Option<StoredStats>,
+}
+
+/// [`HistoryStats`] as a summary holds them.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredStats {
+    oldest_revision: Revision,
+    rewinds: u64,
+    compactions: u64,
+    restores: u64,
 }
 
 impl StoredSummary {
@@ -324,6 +366,12 @@ impl StoredSummary {
             model: summary.model.clone(),
             cost: summary.cost,
             lineage: summary.lineage.clone(),
+            history: Some(StoredStats {
+                oldest_revision: summary.history.oldest_revision,
+                rewinds: summary.history.rewinds,
+                compactions: summary.history.compactions,
+                restores: summary.history.restores,
+            }),
         }
     }
 
@@ -339,6 +387,14 @@ impl StoredSummary {
             cost: self.cost,
             lineage: self.lineage,
             archived,
+            history: self
+                .history
+                .map_or_else(HistoryStats::default, |h| HistoryStats {
+                    oldest_revision: h.oldest_revision,
+                    rewinds: h.rewinds,
+                    compactions: h.compactions,
+                    restores: h.restores,
+                }),
         }
     }
 }
@@ -488,8 +544,11 @@ async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str
                  REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
              revision bigint NOT NULL,
              record bytea NOT NULL,
+             format smallint NOT NULL DEFAULT 1,
              PRIMARY KEY (session_id, revision)
-         );"
+         );
+         ALTER TABLE {schema}.entries
+             ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1;"
     ))
     .await
     .map_err(|e| backend("create the store's tables", e))?;
@@ -838,43 +897,41 @@ impl PostgresSessionStore {
         ))
     }
 
-    /// Appends `snapshot`'s change since the stored revision as one entry, if the snapshot
-    /// knows it derives from exactly the stored state (same revision, creation and update
-    /// times) and the entries stay within their bound: one statement, so the server
+    /// Appends the log entry that takes the stored state to `snapshot`, if the row still
+    /// holds the revision, creation time (and, for an entry derived from the stored state,
+    /// the update time and lengths) the snapshot was loaded at: one statement, so the server
     /// decides the compare-and-swap and the entry lands with the revision or not at all.
-    /// `Ok(None)` if the whole snapshot must be written instead (which also reports a
-    /// conflict, if that is why the append found no row).
-    fn try_append(&self, snapshot: &SessionSnapshot, summary: &str) -> Result<Option<Revision>> {
+    /// On a miss, says why ([`Appended`]).
+    fn try_append(
+        &self,
+        snapshot: &SessionSnapshot,
+        entry: &[u8],
+        derived: bool,
+        summary: &str,
+    ) -> Result<Appended> {
         let expected = snapshot.revision();
         let revision = expected.next();
-        let Some(provenance) = snapshot
-            .provenance()
-            .filter(|p| p.revision == expected && expected != Revision::NEW)
-        else {
-            return Ok(None);
-        };
-        let Some(change) = snapshot.change_since_stored(revision) else {
-            return Ok(None);
-        };
         let id = snapshot.id().clone();
-        let record = encode_record_payload(&id, &change)?;
         let new = revision_column(&id, revision)?;
         let old = revision_column(&id, expected)?;
         let created = nanos(&id, snapshot.created_at())?;
-        let stored_updated = nanos(&id, provenance.updated_at)?;
         let updated = nanos(&id, snapshot.updated_at())?;
-        let record_len = to_i64(record.len() as u64);
+        // The state a derived entry follows, as the snapshot knows it: a claim about
+        // another store's session (or another state at the same revision) never appends.
+        let (stored_updated, counts_before) = match snapshot.provenance().filter(|_| derived) {
+            Some(p) => (
+                Some(nanos(&id, p.updated_at)?),
+                Some(state_counts(p.stored)),
+            ),
+            None => (None, None),
+        };
+        let counts_after = state_counts(snapshot.counts());
+        let entry_len = to_i64(entry.len() as u64);
         let limit = to_i64(self.max_snapshot_bytes);
         let summary = summary.to_owned();
-        // The lengths stored at the loaded revision, as the snapshot knows them, must be
-        // the row's: a claim about another store's session never appends here.
-        let counts_before = state_counts(provenance.stored);
-        let counts_after = state_counts(snapshot.counts());
-        // The file store's bound ([`journal_bound`]), decided by the server, which knows
-        // the snapshot's size.
-        let (min_entry_bytes, fraction) = (to_i64(MIN_JOURNAL_BYTES), to_i64(JOURNAL_FRACTION));
-        let appended = self.with_client(move |client, schema| async move {
-            client
+        let entry = entry.to_vec();
+        self.with_client(move |client, schema| async move {
+            let appended = client
                 .execute(
                     &prepared(
                         &client,
@@ -883,15 +940,14 @@ impl PostgresSessionStore {
                                 UPDATE {schema}.sessions
                                    SET revision = $2, updated_ns = $3, summary = $4,
                                        journal_bytes = journal_bytes + $5::bigint,
-                                       state_counts = $12
+                                       state_counts = $10
                                  WHERE id = $1 AND revision = $6 AND created_ns = $7
-                                   AND updated_ns = $8 AND state_counts = $13
-                                   AND journal_bytes + $5::bigint <= LEAST(
-                                       GREATEST($9::bigint, octet_length(snapshot)::bigint / $14::bigint),
-                                       $10::bigint)
+                                   AND ($8::bigint IS NULL OR updated_ns = $8)
+                                   AND ($11::text IS NULL OR state_counts = $11)
+                                   AND journal_bytes + $5::bigint <= $9::bigint
                                 RETURNING id)
-                             INSERT INTO {schema}.entries (session_id, revision, record)
-                             SELECT id, $2, $11 FROM moved"
+                             INSERT INTO {schema}.entries (session_id, revision, record, format)
+                             SELECT id, $2, $12, $13 FROM moved"
                         ),
                     )
                     .await?,
@@ -900,27 +956,195 @@ impl PostgresSessionStore {
                         &new,
                         &updated,
                         &summary,
-                        &record_len,
+                        &entry_len,
                         &old,
                         &created,
                         &stored_updated,
-                        &min_entry_bytes,
                         &limit,
-                        &record,
                         &counts_after,
                         &counts_before,
-                        &fraction,
+                        &entry,
+                        &ENTRY_FORMAT,
                     ],
                 )
                 .await
-                .map_err(|e| backend("append to a session", e))
+                .map_err(|e| backend("append to a session", e))?;
+            if appended == 1 {
+                return Ok(Appended::Done(revision));
+            }
+            // Say why, from the row as it is now.
+            let row = client
+                .query_opt(
+                    &prepared(
+                        &client,
+                        &format!(
+                            "SELECT revision, created_ns, journal_bytes FROM {schema}.sessions
+                             WHERE id = $1"
+                        ),
+                    )
+                    .await?,
+                    &[&id.as_str()],
+                )
+                .await
+                .map_err(|e| backend("read a session's revision", e))?;
+            let Some(row) = row else {
+                return Ok(Appended::Conflict(None));
+            };
+            let (found, found_created, bytes): (i64, i64, i64) =
+                (row.get(0), row.get(1), row.get(2));
+            let found = Revision::from_u64(u64::try_from(found).unwrap_or(0));
+            Ok(if found != expected {
+                Appended::Conflict(Some(found))
+            } else if found_created != created {
+                Appended::OtherSession
+            } else if bytes.saturating_add(entry_len) > limit {
+                Appended::TooLarge(u64::try_from(bytes.saturating_add(entry_len)).unwrap_or(0))
+            } else {
+                Appended::NotDerived
+            })
+        })
+    }
+
+    /// The history stats in the stored summary of `id` (for a save that replaces the whole
+    /// view, which counts as one more edit of the stored history).
+    fn stored_stats(&self, id: &SessionId) -> Result<HistoryStats> {
+        let key = id.to_string();
+        let json: Option<String> = self.with_client(move |client, schema| async move {
+            Ok(client
+                .query_opt(
+                    &prepared(
+                        &client,
+                        &format!("SELECT summary FROM {schema}.sessions WHERE id = $1"),
+                    )
+                    .await?,
+                    &[&key],
+                )
+                .await
+                .map_err(|e| backend("read a session's summary", e))?
+                .map(|row| row.get(0)))
         })?;
-        Ok((appended == 1).then_some(revision))
+        // The summary is a cache: one that does not decode is worked out from the log.
+        match json.map(|json| self.summary_of(id.as_str(), &json, false)) {
+            Some(Ok(summary)) => Ok(summary.history),
+            Some(Err(_)) => self
+                .with_log(id, |log| log.state_at(None))
+                .map(|s| s.history_stats()),
+            None => Ok(HistoryStats::default()),
+        }
+    }
+
+    /// The row of `id` and its entries, one consistent state read by one statement:
+    /// the snapshot's bytes, each entry's format and bytes, and the row's revision.
+    fn read_rows(&self, id: &SessionId) -> Result<StoredRows> {
+        let key = id.to_string();
+        let limit = to_i64(self.max_snapshot_bytes);
+        let row = self.with_client(move |client, schema| async move {
+            // The sizes are checked before the bytes are fetched.
+            client
+                .query_opt(
+                    &prepared(
+                        &client,
+                        &format!(
+                            "SELECT revision, octet_length(snapshot),
+                                CASE WHEN octet_length(snapshot) <= $2::bigint THEN snapshot END,
+                                journal_bytes,
+                                CASE WHEN journal_bytes <= $2::bigint THEN ARRAY(
+                                    SELECT record FROM {schema}.entries
+                                    WHERE session_id = $1 ORDER BY revision) END,
+                                ARRAY(SELECT format FROM {schema}.entries
+                                    WHERE session_id = $1 ORDER BY revision)
+                         FROM {schema}.sessions WHERE id = $1"
+                        ),
+                    )
+                    .await?,
+                    &[&key, &limit],
+                )
+                .await
+                .map_err(|e| backend("load a session", e))
+        })?;
+        let row = row.ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        // The types are those `migrate` gives the columns; a table made otherwise is an
+        // error, never a panic.
+        let column = |e| {
+            backend(
+                "read a session's row (is the table the one migrate made?)",
+                e,
+            )
+        };
+        let revision: i64 = row.try_get(0).map_err(column)?;
+        let size: i32 = row.try_get(1).map_err(column)?;
+        let Some(snapshot) = row.try_get::<_, Option<Vec<u8>>>(2).map_err(column)? else {
+            return Err(Error::TooLarge {
+                location: self.location(id),
+                size_bytes: u64::try_from(size).unwrap_or(0),
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        };
+        let entry_bytes: i64 = row.try_get(3).map_err(column)?;
+        let Some(entries) = row.try_get::<_, Option<Vec<Vec<u8>>>>(4).map_err(column)? else {
+            return Err(Error::TooLarge {
+                location: self.entries_location(id),
+                size_bytes: u64::try_from(entry_bytes).unwrap_or(0),
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        };
+        let formats: Vec<i16> = row.try_get(5).map_err(column)?;
+        Ok(StoredRows {
+            revision: Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
+            snapshot,
+            entries: formats.into_iter().zip(entries).collect(),
+        })
+    }
+
+    /// Works `f` out from the log of `id` (its row's snapshot and entries), with every
+    /// entry's body still bytes until a view needs it.
+    fn with_log<T>(&self, id: &SessionId, f: impl FnOnce(LogSource<'_>) -> Result<T>) -> Result<T> {
+        let rows = self.read_rows(id)?;
+        let location = self.location(id);
+        let entries_location = self.entries_location(id);
+        let base =
+            SessionSnapshot::decode_unvalidated(&rows.snapshot).map_err(|e| e.at(&location))?;
+        check_stored_id(id, base.id(), &location)?;
+        let mut before = base.counts();
+        let mut log = LogSource::new(base);
+        let at_entries = |e: Error| e.at(&entries_location);
+        for (format, bytes) in &rows.entries {
+            if *format == ENTRY_FORMAT {
+                let (payload, used) = intact_frame(bytes).ok_or_else(|| {
+                    at_entries(Error::inconsistent("an entry's frame is damaged"))
+                })?;
+                if used != bytes.len() {
+                    return Err(at_entries(Error::inconsistent(
+                        "an entry has bytes after its frame",
+                    )));
+                }
+                let (head, body) = split_entry(payload).map_err(at_entries)?;
+                let head = decode_head(head).map_err(at_entries)?;
+                before = head.state;
+                log.push_bytes(head, body).map_err(at_entries)?;
+            } else {
+                let change = decode_record(bytes).map_err(at_entries)?;
+                let after = counts_after(&change);
+                log.push(entry_of_record(change, before));
+                before = after;
+            }
+        }
+        let last = log.last_revision();
+        if last != rows.revision {
+            return Err(Error::inconsistent(format!(
+                "the snapshot and its {} entries reach revision {last} but the row says {}",
+                rows.entries.len(),
+                rows.revision
+            ))
+            .at(&location));
+        }
+        f(log).map_err(at_entries)
     }
 
     /// Writes the whole snapshot at its revision plus one (compare-and-swap on the row's
-    /// revision) and drops the entries the row's previous snapshot had: they are folded
-    /// into the new one. One transaction.
+    /// revision), as the new session's first state, or over the row of another session
+    /// that had the same id (deleted and created again), whose entries go with it. One
+    /// transaction.
     fn write_whole(&self, snapshot: &SessionSnapshot, summary: String) -> Result<Revision> {
         let id = snapshot.id().clone();
         let expected = snapshot.revision();
@@ -971,7 +1195,7 @@ impl PostgresSessionStore {
                     ),
                 )
                 .await?;
-                let fold = prepared(
+                let replaced = prepared(
                     &client,
                     &format!("DELETE FROM {schema}.entries WHERE session_id = $1"),
                 )
@@ -990,9 +1214,9 @@ impl PostgresSessionStore {
                     .await
                     .map_err(|e| backend("save a session", e))?;
                 if written == 1 {
-                    tx.execute(&fold, &[&key])
+                    tx.execute(&replaced, &[&key])
                         .await
-                        .map_err(|e| backend("fold a session's entries", e))?;
+                        .map_err(|e| backend("drop the replaced session's entries", e))?;
                 }
                 tx.commit().await.map_err(|e| backend("commit a save", e))?;
                 written
@@ -1025,6 +1249,42 @@ impl PostgresSessionStore {
         }
     }
 
+    /// What a save does after [`try_append`](Self::try_append) said `outcome`.
+    fn appended(
+        &self,
+        snapshot: &SessionSnapshot,
+        outcome: Appended,
+        summary: impl Fn(HistoryStats) -> Result<String>,
+    ) -> Result<Revision> {
+        let id = snapshot.id();
+        match outcome {
+            Appended::Done(revision) => Ok(revision),
+            Appended::Conflict(found) => Err(Error::Conflict {
+                id: id.clone(),
+                expected: snapshot.revision(),
+                found,
+            }),
+            // Another session under the same id (deleted and created again): replaced
+            // whole, as the file store's journal ignores an older session's entries.
+            Appended::OtherSession => {
+                let stats = HistoryStats {
+                    oldest_revision: snapshot.revision().next(),
+                    ..HistoryStats::default()
+                };
+                self.write_whole(snapshot, summary(stats)?)
+            }
+            Appended::TooLarge(size_bytes) => Err(Error::TooLarge {
+                location: self.entries_location(id),
+                size_bytes,
+                limit_bytes: self.max_snapshot_bytes,
+            }),
+            Appended::NotDerived => Err(Error::inconsistent(
+                "the session's row matched the revision and creation time, but the append was refused",
+            )
+            .at(&self.location(id))),
+        }
+    }
+
     /// Where a row is, by its raw key.
     fn location_of_key(&self, key: &str) -> Location {
         Location::Stored(format!(
@@ -1048,93 +1308,56 @@ impl SessionStore for PostgresSessionStore {
         // move past), checked before the snapshot is encoded.
         revision_column(id, revision)?;
         revision_column(id, expected)?;
-        let mut listed = SessionSummary::of(snapshot);
-        listed.revision = revision;
-        let summary =
+        let summary = |stats: HistoryStats| {
+            let mut listed = SessionSummary::of(snapshot);
+            listed.revision = revision;
+            listed.history = stats;
             serde_json::to_string(&StoredSummary::of(&listed)).map_err(|source| Error::Encode {
                 id: id.clone(),
                 source,
-            })?;
-        if let Some(appended) = self.try_append(snapshot, &summary)? {
-            return Ok(appended);
+            })
+        };
+        // A new session, or one whose redaction changed messages already stored (the
+        // history would keep the text the redactor now removes): written whole.
+        if expected == Revision::NEW || snapshot.replaces_history() {
+            return self.write_whole(snapshot, summary(snapshot.stats_once_saved(revision))?);
         }
-        self.write_whole(snapshot, summary)
+        // Every save of a stored session appends one entry: what the snapshot says changed
+        // since the state it derives from, or else everything (an edit the history keeps).
+        let derived = snapshot
+            .provenance()
+            .filter(|p| p.revision == expected)
+            .and_then(|_| snapshot.entry_since_stored(revision));
+        if let Some(entry) = derived {
+            let stats = snapshot.stats_once_saved(revision);
+            match self.try_append(snapshot, &entry.to_bytes(id)?, true, &summary(stats)?)? {
+                Appended::NotDerived => {}
+                outcome => return self.appended(snapshot, outcome, summary),
+            }
+        }
+        let stats = self.stored_stats(id)?.after(EntryKind::Edit);
+        let entry = snapshot.entry_replacing_all(revision)?.to_bytes(id)?;
+        let outcome = self.try_append(snapshot, &entry, false, &summary(stats)?)?;
+        self.appended(snapshot, outcome, summary)
     }
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        let key = id.to_string();
-        let limit = to_i64(self.max_snapshot_bytes);
-        let row = self.with_client(move |client, schema| async move {
-            // The sizes are checked before the bytes are fetched; one statement, so the
-            // row and its entries are read from one consistent state.
-            client
-                .query_opt(
-                    &prepared(
-                        &client,
-                        &format!(
-                            "SELECT revision, octet_length(snapshot),
-                                CASE WHEN octet_length(snapshot) <= $2::bigint THEN snapshot END,
-                                journal_bytes,
-                                CASE WHEN journal_bytes <= $2::bigint THEN ARRAY(
-                                    SELECT record FROM {schema}.entries
-                                    WHERE session_id = $1 ORDER BY revision) END
-                         FROM {schema}.sessions WHERE id = $1"
-                        ),
-                    )
-                    .await?,
-                    &[&key, &limit],
-                )
-                .await
-                .map_err(|e| backend("load a session", e))
-        })?;
-        let row = row.ok_or_else(|| Error::NotFound { id: id.clone() })?;
-        let location = self.location(id);
-        // The types are those `migrate` gives the columns; a table made otherwise is an
-        // error, never a panic.
-        let column = |e| {
-            backend(
-                "read a session's row (is the table the one migrate made?)",
-                e,
-            )
-        };
-        let revision: i64 = row.try_get(0).map_err(column)?;
-        let size: i32 = row.try_get(1).map_err(column)?;
-        let Some(bytes) = row.try_get::<_, Option<Vec<u8>>>(2).map_err(column)? else {
-            return Err(Error::TooLarge {
-                location: self.location(id),
-                size_bytes: u64::try_from(size).unwrap_or(0),
-                limit_bytes: self.max_snapshot_bytes,
-            });
-        };
-        let entry_bytes: i64 = row.try_get(3).map_err(column)?;
-        let Some(entries) = row.try_get::<_, Option<Vec<Vec<u8>>>>(4).map_err(column)? else {
-            return Err(Error::TooLarge {
-                location: self.entries_location(id),
-                size_bytes: u64::try_from(entry_bytes).unwrap_or(0),
-                limit_bytes: self.max_snapshot_bytes,
-            });
-        };
-        let mut snapshot =
-            SessionSnapshot::decode_unvalidated(&bytes).map_err(|e| e.at(&location))?;
-        check_stored_id(id, snapshot.id(), &location)?;
-        let entries_location = self.entries_location(id);
-        for entry in &entries {
-            snapshot
-                .apply_change(decode_record(entry).map_err(|e| e.at(&entries_location))?)
-                .map_err(|e| e.at(&entries_location))?;
-        }
-        snapshot.validate().map_err(|e| e.at(&location))?;
-        let revision = Revision::from_u64(u64::try_from(revision).unwrap_or(0));
-        if snapshot.revision() != revision {
-            return Err(Error::inconsistent(format!(
-                "the snapshot and its {} entries reach revision {} but the row says {revision}",
-                entries.len(),
-                snapshot.revision()
-            ))
-            .at(&location));
-        }
+        let mut snapshot = self.with_log(id, |log| log.state_at(None))?;
+        let revision = snapshot.revision();
         snapshot.mark_stored(revision);
         Ok(snapshot)
+    }
+
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        self.with_log(id, |log| log.state_at(Some(revision)))
+    }
+
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        self.with_log(id, |log| log.revisions())
+    }
+
+    fn history(&self, id: &SessionId) -> Result<History> {
+        self.with_log(id, |log| log.history().map(|(history, _)| history))
     }
 
     fn list(&self) -> Result<SessionList> {

@@ -92,10 +92,33 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The payload as JSON.
+    /// The payload as JSON; for a log entry (a head line and a body line), its head.
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.payload).expect("a frame's payload is JSON")
+        let head = self
+            .payload
+            .split(|&b| b == b'\n')
+            .next()
+            .unwrap_or_default();
+        serde_json::from_slice(head).expect("a frame's payload is JSON")
     }
+
+    /// The body of a log entry (its second line) as JSON.
+    pub fn body(&self) -> Value {
+        let body = self
+            .payload
+            .splitn(2, |&b| b == b'\n')
+            .nth(1)
+            .expect("a log entry has a body line");
+        serde_json::from_slice(body).expect("an entry's body is JSON")
+    }
+}
+
+/// The payload of a log entry whose head and body are these JSON values.
+pub fn entry_payload(head: &Value, body: &Value) -> Vec<u8> {
+    let mut payload = serde_json::to_vec(head).expect("encode the head");
+    payload.push(b'\n');
+    payload.extend(serde_json::to_vec(body).expect("encode the body"));
+    payload
 }
 
 /// Frames `payload` the way the store does: 8-hex length, 8-hex CRC-32, newlines.

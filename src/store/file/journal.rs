@@ -1,21 +1,22 @@
-//! The journal beside a base snapshot: an append-only file of framed, checksummed records,
-//! each one change from the previous stored state (`docs/FORMAT.md`, "Journal").
+//! The journal beside a base snapshot: an append-only file of framed, checksummed log
+//! entries, each one revision after the base (`docs/FORMAT.md`, "Journal").
 //!
 //! ```text
 //! frame   := "@" LEN " " CRC "\n" PAYLOAD "\n"
 //! LEN     := 8 lowercase hex digits: the payload's length in bytes
 //! CRC     := 8 lowercase hex digits: the CRC-32 (IEEE) of the payload
-//! PAYLOAD := one compact JSON object (a header first, then records)
+//! PAYLOAD := one compact JSON object
+//! journal := header-frame entry-frame*     (journal format 2: entry = head "\n" body)
+//!          | header-frame record-frame*    (journal format 1, read only)
 //! ```
 //!
-//! Compact JSON has no raw newlines, so a journal reads as text: every record is one
-//! `@...` line followed by one JSON line.
+//! Compact JSON has no raw newlines, so a journal reads as text: every frame is one `@...`
+//! line followed by one JSON line.
 //!
 //! A journal is only appended to, so damage from a crash can only be at its end: a frame
-//! cut short, or one whose bytes never all reached the disk. Such a *torn tail* is ignored
-//! when reading and cut off before the next append. Damage followed by an intact frame
-//! cannot come from a crash; it is reported as corruption instead of silently dropping the
-//! records after it.
+//! cut short, or one whose bytes never all reached the disk. Such a *torn tail* is ignored when reading and cut off before the next
+//! append. Damage followed by an intact frame cannot come from a crash; it is reported as
+//! corruption instead of silently dropping the entries after it.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -23,30 +24,31 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::{strict, ObjectOnly};
-pub(crate) use crate::snapshot::{counts_after, decode_record};
-use crate::snapshot::{encode_record_payload, Change, Counts, SessionSnapshot};
+pub(crate) use crate::snapshot::intact_frame;
+use crate::snapshot::{
+    counts_after, decode_head, decode_record, entry_of_record, parse_frame_header, push_frame,
+    split_entry, Counts, LogEntry, LogSource, SessionSnapshot, FRAME_HEADER_LEN,
+};
 
-/// The journal format version this release writes and reads.
-pub(crate) const JOURNAL_VERSION: u32 = 1;
+/// The journal format version this release writes: format 2, log entries in a head and a
+/// body frame. Format 1 (records of changes, written by earlier releases) is still read.
+pub(crate) const JOURNAL_VERSION: u32 = 2;
+/// The oldest journal format this release reads.
+pub(crate) const OLDEST_JOURNAL_VERSION: u32 = 1;
 
-/// `@` + 8 hex + space + 8 hex + newline.
-const HEADER_LEN: usize = 19;
-/// The frame header and the newline after the payload.
-pub(crate) const FRAME_OVERHEAD: usize = HEADER_LEN + 1;
-
-/// The first record of a journal: which base snapshot its records apply to.
+/// The first frame of a journal: which base snapshot its entries follow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct JournalHeader {
-    /// Always [`JOURNAL_VERSION`].
+    /// The journal format: [`JOURNAL_VERSION`], or 1 in journals of earlier releases.
     pub(crate) journal: u64,
     pub(crate) id: SessionId,
-    /// The revision of the base snapshot the records follow.
+    /// The revision of the base snapshot the entries follow.
     pub(crate) base_revision: Revision,
     /// The base's creation time: with the revision, it tells a journal left by a deleted
     /// session from one of a new session under the same id.
     pub(crate) base_created_at: DateTime<Utc>,
-    /// The base's lengths, so a save can check a record's starting point without reading
+    /// The base's lengths, so a save can check an entry's starting point without reading
     /// the base.
     #[serde(deserialize_with = "strict::object")]
     pub(crate) base: Counts,
@@ -54,7 +56,7 @@ pub(crate) struct JournalHeader {
 
 /// Frames `payload`.
 pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + FRAME_OVERHEAD);
+    let mut out = Vec::with_capacity(payload.len() + FRAME_HEADER_LEN + 1);
     out.extend_from_slice(
         format!("@{:08x} {:08x}\n", payload.len(), crc32fast::hash(payload)).as_bytes(),
     );
@@ -69,26 +71,26 @@ pub(crate) fn encode_header(header: &JournalHeader) -> Result<Vec<u8>> {
         id: header.id.clone(),
         source,
     })?;
-    Ok(frame(&payload))
+    let mut out = Vec::new();
+    push_frame(&mut out, &header.id, &payload)?;
+    Ok(out)
 }
 
-/// The framed record of `change` to session `id`.
-///
-/// # Errors
-///
-/// As [`encode_record_payload`]; an [`Error::InvalidArgument`] if it is larger than a
-/// frame can say (4 GiB).
-pub(crate) fn encode_record(id: &SessionId, change: &Change) -> Result<Vec<u8>> {
-    let payload = encode_record_payload(id, change)?;
-    if u32::try_from(payload.len()).is_err() {
-        return Err(Error::InvalidArgument {
-            reason: format!(
-                "a change to session {id} is {} bytes, more than a journal record can hold",
-                payload.len()
-            ),
-        });
+/// The header of a new journal of the current format following the base of session `id`
+/// stored at `revision`, created at `created_at`, with `counts`.
+pub(crate) fn header_for(
+    id: &SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+    counts: Counts,
+) -> JournalHeader {
+    JournalHeader {
+        journal: u64::from(JOURNAL_VERSION),
+        id: id.clone(),
+        base_revision: revision,
+        base_created_at: created_at,
+        base: counts,
     }
-    Ok(frame(&payload))
 }
 
 /// The frames of a journal, up to its torn tail.
@@ -100,37 +102,6 @@ pub(crate) struct Frames<'a> {
     pub(crate) valid_end: usize,
 }
 
-/// Parses the frame header at the start of `bytes`: the payload length and checksum.
-fn parse_header(bytes: &[u8]) -> Option<(usize, u32)> {
-    let header = bytes.get(..HEADER_LEN)?;
-    if header[0] != b'@' || header[9] != b' ' || header[18] != b'\n' {
-        return None;
-    }
-    let hex = |digits: &[u8]| -> Option<u32> {
-        if !digits
-            .iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-        {
-            return None;
-        }
-        u32::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
-    };
-    let len = hex(&header[1..9])?;
-    let crc = hex(&header[10..18])?;
-    Some((usize::try_from(len).ok()?, crc))
-}
-
-/// The intact frame at the start of `bytes`: its payload and total length.
-pub(crate) fn intact_frame(bytes: &[u8]) -> Option<(&[u8], usize)> {
-    let (len, crc) = parse_header(bytes)?;
-    let end = HEADER_LEN.checked_add(len)?;
-    let payload = bytes.get(HEADER_LEN..end)?;
-    if bytes.get(end) != Some(&b'\n') || crc32fast::hash(payload) != crc {
-        return None;
-    }
-    Some((payload, end + 1))
-}
-
 /// Whether an intact frame starts anywhere after `from`. The
 /// checksums it computes are bounded by twice the journal's size; past that it answers
 /// yes, so damage it could not rule out is reported rather than dropped.
@@ -138,10 +109,10 @@ fn intact_frame_after(bytes: &[u8], from: usize) -> bool {
     let mut budget = bytes.len().saturating_mul(2);
     // Every '@', not only those starting a line: the damage may be the newline itself.
     for p in memchr::memchr_iter(b'@', &bytes[from + 1..]).map(|i| i + from + 1) {
-        let Some((len, _)) = parse_header(&bytes[p..]) else {
+        let Some((len, _)) = parse_frame_header(&bytes[p..]) else {
             continue;
         };
-        if p.saturating_add(HEADER_LEN).saturating_add(len) >= bytes.len() {
+        if p.saturating_add(FRAME_HEADER_LEN).saturating_add(len) >= bytes.len() {
             continue;
         }
         if len > budget {
@@ -159,8 +130,8 @@ fn intact_frame_after(bytes: &[u8], from: usize) -> bool {
 ///
 /// # Errors
 ///
-/// [`Error::Malformed`]-kind corruption (as [`Error::Inconsistent`]) if a damaged frame is
-/// followed by an intact one: that is not what a crash leaves.
+/// Corruption ([`Error::Inconsistent`]) if a damaged frame is followed by an intact one:
+/// that is not what a crash leaves.
 pub(crate) fn split(bytes: &[u8]) -> Result<Frames<'_>> {
     let mut frames = Vec::new();
     let mut at = 0;
@@ -172,7 +143,7 @@ pub(crate) fn split(bytes: &[u8]) -> Result<Frames<'_>> {
         }
         if intact_frame_after(bytes, at) {
             return Err(Error::inconsistent(format!(
-                "the journal record at byte {at} is damaged (bad frame or checksum) but intact records follow it; a crash cannot cause that, so the records after it cannot be trusted"
+                "the journal frame at byte {at} is damaged (bad frame or checksum) but intact frames follow it; a crash cannot cause that, so the entries after it cannot be trusted"
             )));
         }
         break;
@@ -194,20 +165,22 @@ fn malformed(source: serde_json::Error) -> Error {
 ///
 /// # Errors
 ///
-/// [`Error::UnsupportedSchemaVersion`] for another journal version, [`Error::Malformed`]
-/// otherwise.
+/// [`Error::UnsupportedSchemaVersion`] for a journal format this release does not read,
+/// [`Error::Malformed`] otherwise.
 pub(crate) fn decode_header(payload: &[u8]) -> Result<JournalHeader> {
     #[derive(Deserialize)]
     struct Probe {
         journal: Option<u64>,
     }
+    let supported =
+        |v: u64| (u64::from(OLDEST_JOURNAL_VERSION)..=u64::from(JOURNAL_VERSION)).contains(&v);
     match serde_json::from_slice::<ObjectOnly<JournalHeader>>(payload) {
-        Ok(ObjectOnly(header)) if header.journal == u64::from(JOURNAL_VERSION) => Ok(header),
+        Ok(ObjectOnly(header)) if supported(header.journal) => Ok(header),
         Ok(ObjectOnly(header)) => Err(unsupported(header.journal)),
         Err(source) => match serde_json::from_slice::<Probe>(payload) {
             Ok(Probe {
                 journal: Some(found),
-            }) if found != u64::from(JOURNAL_VERSION) => Err(unsupported(found)),
+            }) if !supported(found) => Err(unsupported(found)),
             _ => Err(malformed(source)),
         },
     }
@@ -217,12 +190,12 @@ fn unsupported(found: u64) -> Error {
     Error::UnsupportedSchemaVersion {
         location: Location::Bytes,
         found,
-        oldest: JOURNAL_VERSION,
+        oldest: OLDEST_JOURNAL_VERSION,
         supported: JOURNAL_VERSION,
     }
 }
 
-/// Whether a journal with `header` holds records for the base of session `id` stored at
+/// Whether a journal with `header` holds entries for the base of session `id` stored at
 /// `revision`, created at `created_at` (rather than for an older base, or for a deleted
 /// session of the same id).
 pub(super) fn journal_follows(
@@ -234,44 +207,89 @@ pub(super) fn journal_follows(
     header.id == *id && header.base_revision == revision && header.base_created_at == created_at
 }
 
-/// Applies the records of `journal` to its base `snapshot` (decoded, not yet validated),
-/// and returns where its intact records end; `None` if it holds no records for this base
-/// (empty, torn before its header, or left by an older base, which is ignored).
-pub(super) fn apply_journal(
-    snapshot: &mut SessionSnapshot,
-    journal: &[u8],
-) -> Result<Option<usize>> {
+/// What a journal holds for a base, read up to its torn tail.
+#[derive(Debug)]
+pub(super) struct ReadJournal {
+    /// The journal format.
+    pub(super) version: u32,
+    /// Where its intact entries end.
+    pub(super) end: usize,
+}
+
+/// The log of a base snapshot (decoded, not validated) and its journal: `journal`'s
+/// entries added to `log` when the journal follows the base, and what was read of it;
+/// `None` if it holds nothing for this base (empty, torn before its header, or left by an
+/// older base, which is ignored).
+///
+/// # Errors
+///
+/// Corruption if the journal is damaged before its end, names another session, or its
+/// header disagrees with the base; decoding errors of its heads (format 2) or records
+/// (format 1, decoded whole).
+pub(super) fn read_into<'a>(
+    log: &mut LogSource<'a>,
+    journal: &'a [u8],
+) -> Result<Option<ReadJournal>> {
     let frames = split(journal)?;
     let Some(((_, first), records)) = frames.frames.split_first() else {
         return Ok(None);
     };
     let header = decode_header(first)?;
-    if header.id != *snapshot.id() {
+    let base = &log.checkpoint;
+    if header.id != *base.id() {
         return Err(Error::inconsistent(format!(
             "the journal belongs to session {}, not {}",
             header.id,
-            snapshot.id()
+            base.id()
         )));
     }
-    if !journal_follows(
-        &header,
-        snapshot.id(),
-        snapshot.revision(),
-        snapshot.created_at(),
-    ) {
+    if !journal_follows(&header, base.id(), base.revision(), base.created_at()) {
         return Ok(None);
     }
-    if header.base != snapshot.counts() {
+    if header.base != base.counts() {
         return Err(Error::inconsistent(format!(
             "the journal's header says its base has {:?}, but the base has {:?}",
             header.base,
-            snapshot.counts()
+            base.counts()
         )));
     }
-    for (_, payload) in records {
-        snapshot.apply_change(decode_record(payload)?)?;
+    if header.journal == 1 {
+        let mut before = header.base;
+        for (_, payload) in records {
+            let change = decode_record(payload)?;
+            let after = counts_after(&change);
+            log.push(entry_of_record(change, before));
+            before = after;
+        }
+        return Ok(Some(ReadJournal {
+            version: 1,
+            end: frames.valid_end,
+        }));
     }
-    Ok(Some(frames.valid_end))
+    for (_, payload) in records {
+        let (head, body) = split_entry(payload)?;
+        log.push_bytes(decode_head(head)?, body)?;
+    }
+    Ok(Some(ReadJournal {
+        version: JOURNAL_VERSION,
+        end: frames.valid_end,
+    }))
+}
+
+/// The journal bytes of `entries` after a new header for `base` (the checkpoint of a
+/// rewritten journal).
+pub(super) fn encode_journal(base: &SessionSnapshot, entries: &[LogEntry]) -> Result<Vec<u8>> {
+    let id = base.id();
+    let mut bytes = encode_header(&header_for(
+        id,
+        base.revision(),
+        base.created_at(),
+        base.counts(),
+    ))?;
+    for entry in entries {
+        bytes.extend(entry.to_bytes(id)?);
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -300,7 +318,7 @@ mod tests {
             frames
                 .frames
                 .iter()
-                .map(|(at, p)| at + p.len() + FRAME_OVERHEAD)
+                .map(|(at, p)| at + p.len() + FRAME_HEADER_LEN + 1)
                 .collect()
         };
         for cut in 0..=bytes.len() {
@@ -322,9 +340,9 @@ mod tests {
         assert_eq!(split(&bytes).unwrap().valid_end, good);
 
         let mut flipped = journal(&[b"{\"a\":1}", b"{\"b\":2}"]);
-        flipped[HEADER_LEN + 2] ^= 0x01;
+        flipped[FRAME_HEADER_LEN + 2] ^= 0x01;
         let err = split(&flipped).unwrap_err();
-        assert!(err.to_string().contains("intact records follow"), "{err}");
+        assert!(err.to_string().contains("intact frames follow"), "{err}");
 
         let mut last_flipped = journal(&[b"{\"a\":1}", b"{\"b\":2}"]);
         let at = last_flipped.len() - 3;
@@ -334,10 +352,10 @@ mod tests {
 
     #[test]
     fn headers_of_other_versions_say_so() {
-        let err = decode_header(br#"{"journal":2,"id":"s"}"#).unwrap_err();
+        let err = decode_header(br#"{"journal":3,"id":"s"}"#).unwrap_err();
         assert!(matches!(
             err,
-            Error::UnsupportedSchemaVersion { found: 2, .. }
+            Error::UnsupportedSchemaVersion { found: 3, .. }
         ));
         assert!(matches!(
             decode_header(b"{}").unwrap_err(),

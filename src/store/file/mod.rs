@@ -26,7 +26,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{EntryKind, History, HistoryStats, RevisionInfo, SessionSnapshot};
 use fs::{FileSystem, OsFileSystem};
 use lock::{StoreLock, WriteLock, DEFAULT_LOCK_TIMEOUT};
 use private_dir::open_private_dir;
@@ -444,23 +444,57 @@ impl SessionStore for FileSessionStore {
         }
         let revision = snapshot.revision().next();
         // Encoding does not depend on what is stored, so it happens before taking the lock.
-        let record = match snapshot.change_since_stored(revision) {
-            Some(change) => Some(journal::encode_record(id, &change)?),
+        let derived = match snapshot.entry_since_stored(revision) {
+            Some(entry) => Some(entry.to_bytes(id)?),
             None => None,
         };
         let _lock = self.write_lock()?;
         self.check_root()?;
-        let stored = self.stored_state(id, record.is_some())?;
+        let stored = self.stored_state(id, true)?;
         check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
-        if stored.is_none() {
+        let Some(stored) = stored else {
             self.remove_orphan_marker(id)?;
+            return self.rewrite(snapshot, revision);
+        };
+        // Another session deleted and created again under the same id: its log is not
+        // this snapshot's, so the snapshot replaces it whole, as a delete and a first
+        // save would.
+        // A snapshot whose redaction changed messages already stored replaces the history
+        // too: the earlier revisions would keep the text the redactor now removes.
+        if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
+            return self.rewrite(snapshot, revision);
         }
-        if let (Some(record), Some(stored)) = (&record, &stored) {
-            if let Some(revision) = self.try_append(snapshot, stored, record)? {
-                return Ok(revision);
+        // Every other save appends one entry: what the snapshot says changed since the
+        // stored state it derives from, or else everything (an edit the history keeps).
+        let follows_stored = match (stored.verified, stored.counts, stored.updated_at) {
+            (true, Some(counts), Some(updated_at)) => {
+                snapshot.derives_from(stored.revision, stored.created_at, updated_at, counts)
             }
+            _ => false,
+        };
+        let (entry, kind) = match derived.filter(|_| follows_stored) {
+            Some(entry) => (entry, None),
+            None => (
+                snapshot.entry_replacing_all(revision)?.to_bytes(id)?,
+                Some(EntryKind::Edit),
+            ),
+        };
+        let stats = match (kind, stored.stats) {
+            (None, _) => snapshot.stats_once_saved(revision),
+            (Some(kind), Some(stats)) => stats.after(kind),
+            (Some(_), None) => HistoryStats::default(),
+        };
+        if stored.verified && stored.journal_version != Some(1) {
+            return self.append(snapshot, &stored, &entry, stats);
         }
-        self.rewrite(snapshot, revision)
+        // A journal of an earlier format, or one whose last record may not be durable (its
+        // fdatasync failed), is written again whole with the entry added, and made durable
+        // as a new file; a state that does not load (damaged past its header) is replaced
+        // by the snapshot instead, which repairs it.
+        match self.rewrite_journal(snapshot, &stored, &entry, stats) {
+            Err(e) if e.is_corrupt() => self.rewrite(snapshot, revision),
+            written => written,
+        }
     }
 
     /// Loads and verifies the snapshot of `id`, with its journal's records applied.
@@ -479,6 +513,26 @@ impl SessionStore for FileSessionStore {
         self.check_root()?;
         self.read(id)?
             .ok_or_else(|| Error::NotFound { id: id.clone() })
+    }
+
+    /// Reads the session's base and journal as [`load`](SessionStore::load) does, and
+    /// works out `revision` from them, decoding only the entries whose messages its view
+    /// holds.
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        self.check_root()?;
+        self.with_log(id, |log| log.state_at(Some(revision)))
+    }
+
+    /// Reads the base and the heads of the journal's entries (not their messages).
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        self.check_root()?;
+        self.with_log(id, |log| log.revisions())
+    }
+
+    /// Reads the base and the whole journal.
+    fn history(&self, id: &SessionId) -> Result<History> {
+        self.check_root()?;
+        self.with_log(id, |log| log.history().map(|(history, _)| history))
     }
 
     /// Lists every `<id>.json` in the directory that is not archived, from each session's

@@ -11,14 +11,17 @@ use std::sync::MutexGuard;
 
 use chrono::{DateTime, Utc};
 
-use super::journal::{self, apply_journal, journal_follows};
+use super::journal::{self, journal_follows};
 use super::private_dir::{is_private, read_bytes, HEAD_BYTES, NAME_KEPT_CHANGING};
 use super::summary::Stamp;
 use super::{FileSessionStore, KNOWN_SESSIONS};
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::window;
-use crate::snapshot::{Counts, SessionSnapshot};
+use crate::snapshot::{
+    counts_after, decode_head, decode_record, split_entry, Counts, HistoryStats, LogSource,
+    SessionSnapshot,
+};
 use crate::store::{check_revision, check_stored_id};
 
 /// Base snapshots up to this size are read whole before they are decoded; larger ones a
@@ -54,6 +57,22 @@ pub(super) struct Known {
     /// (so their names survive a power loss). A journal found on disk may have been
     /// created by a save that crashed or failed before its directory fsync.
     pub(super) dir_synced: bool,
+    /// The journal's format, when it holds entries for this base: a save appends only to
+    /// one of the current format, and rewrites one of format 1 first.
+    pub(super) journal_version: Option<u32>,
+    /// What the log holds beyond the stored state, when known (always, if `verified`).
+    pub(super) stats: Option<HistoryStats>,
+}
+
+/// A session's base and journal as read together.
+struct StoredFiles {
+    /// The base, decoded but not validated.
+    base: SessionSnapshot,
+    base_meta: Metadata,
+    /// The journal's bytes and metadata, if there is one.
+    journal: Option<(Vec<u8>, Metadata)>,
+    /// Whether the journal did not grow while it was read.
+    unchanged: bool,
 }
 
 impl FileSessionStore {
@@ -123,6 +142,70 @@ impl FileSessionStore {
         id: &SessionId,
         locked: bool,
     ) -> Result<Option<(SessionSnapshot, Option<Known>)>> {
+        let Some(files) = self.read_files(id, locked)? else {
+            return Ok(None);
+        };
+        let path = self.path_of(id);
+        let journal_path = self.journal_path(id);
+        let base_revision = files.base.revision();
+        let mut log = LogSource::new(files.base);
+        let read = match &files.journal {
+            Some((bytes, _)) => journal::read_into(&mut log, bytes)
+                .map_err(|e| e.at(&Location::file(&journal_path)))?,
+            None => None,
+        };
+        let mut snapshot = log.state_at(None).map_err(|e| {
+            let at = if read.is_some() { &journal_path } else { &path };
+            e.at(&Location::file(at))
+        })?;
+        let revision = snapshot.revision();
+        snapshot.mark_stored(revision);
+        let known = files.unchanged.then(|| Known {
+            base: Stamp::of(&files.base_meta),
+            journal: files.journal.as_ref().map(|(_, meta)| Stamp::of(meta)),
+            base_revision,
+            revision,
+            created_at: snapshot.created_at(),
+            updated_at: Some(snapshot.updated_at()),
+            counts: Some(snapshot.counts()),
+            journal_end: read.as_ref().map(|r| r.end as u64),
+            base_private: is_private(files.base_meta.permissions().mode()),
+            verified: true,
+            dir_synced: false,
+            journal_version: read.as_ref().map(|r| r.version),
+            stats: Some(snapshot.history_stats()),
+        });
+        Ok(Some((snapshot, known)))
+    }
+
+    /// The log of session `id` as stored (its base and journal, read as
+    /// [`read_state`](Self::read_state) reads them), for what is worked out from it:
+    /// `f` gets it with the journal's entries added.
+    pub(super) fn with_log<T>(
+        &self,
+        id: &SessionId,
+        f: impl FnOnce(LogSource<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let files = self
+            .read_files(id, false)?
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        let journal_path = self.journal_path(id);
+        let mut log = LogSource::new(files.base);
+        if let Some((bytes, _)) = &files.journal {
+            journal::read_into(&mut log, bytes)
+                .map_err(|e| e.at(&Location::file(&journal_path)))?;
+        }
+        f(log).map_err(|e| e.at(&Location::file(&journal_path)))
+    }
+
+    /// Reads the base (decoded, not validated) and the journal bytes of `id`, one
+    /// consistent pair; `Ok(None)` if there is no session.
+    ///
+    /// Reads take no lock, so a save replacing the base meanwhile makes them read again.
+    /// After a few such attempts (savers rewriting the session back to back can outpace a
+    /// reader) the last one is made under the write lock, unless the caller holds it
+    /// (`locked`), so a busy session is read late rather than reported unreadable.
+    fn read_files(&self, id: &SessionId, locked: bool) -> Result<Option<StoredFiles>> {
         const ATTEMPTS: usize = 3;
         let path = self.path_of(id);
         let journal_path = self.journal_path(id);
@@ -137,7 +220,7 @@ impl FileSessionStore {
             // Until the attempt under the lock, a base replaced at every look is a reason
             // to read again, not yet an error.
             let retry_on_change = !locked && lock.is_none();
-            let Some((mut snapshot, base)) = (match self.read_base(&path) {
+            let Some((base, base_meta)) = (match self.read_base(&path) {
                 Err(Error::Insecure { reason, .. })
                     if retry_on_change && reason == NAME_KEPT_CHANGING =>
                 {
@@ -147,49 +230,28 @@ impl FileSessionStore {
             }) else {
                 return Ok(None);
             };
-            check_stored_id(id, snapshot.id(), &Location::file(&path))?;
-            let base_revision = snapshot.revision();
-            let mut journal_stamp = None;
-            let mut journal_end = None;
-            let mut unchanged = true;
-            if let Some((journal, meta)) =
-                self.read_checked(&journal_path, self.max_snapshot_bytes, false)?
-            {
-                journal_end = apply_journal(&mut snapshot, &journal)
-                    .map_err(|e| e.at(&Location::file(&journal_path)))?;
-                // The stamp is from before the read: if the journal grew meanwhile, what
-                // was read is not what the stamp names.
-                unchanged = journal.len() as u64 == meta.len();
-                journal_stamp = Some(Stamp::of(&meta));
-            }
-            // A compaction may have replaced the base (and emptied the journal) while we
+            check_stored_id(id, base.id(), &Location::file(&path))?;
+            let journal = self.read_checked(&journal_path, self.max_snapshot_bytes, false)?;
+            // The stamp is from before the read: if the journal grew meanwhile, what was
+            // read is not what the stamp names.
+            let unchanged = journal
+                .as_ref()
+                .is_none_or(|(bytes, meta)| bytes.len() as u64 == meta.len());
+            // A rewrite may have replaced the base (and emptied the journal) while we
             // read: the journal read belongs to the new base then, so read both again.
             match self.fs.symlink_metadata(&path) {
-                Ok(now) if (now.dev(), now.ino()) == (base.dev(), base.ino()) => {}
+                Ok(now) if (now.dev(), now.ino()) == (base_meta.dev(), base_meta.ino()) => {}
                 Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(Error::io("inspect", &path, e)),
             }
-            snapshot
-                .validate()
-                .map_err(|e| e.at(&Location::file(&path)))?;
             drop(lock);
-            let revision = snapshot.revision();
-            snapshot.mark_stored(revision);
-            let known = unchanged.then(|| Known {
-                base: Stamp::of(&base),
-                journal: journal_stamp,
-                base_revision,
-                revision,
-                created_at: snapshot.created_at(),
-                updated_at: Some(snapshot.updated_at()),
-                counts: Some(snapshot.counts()),
-                journal_end: journal_end.map(|end| end as u64),
-                base_private: is_private(base.permissions().mode()),
-                verified: true,
-                dir_synced: false,
-            });
-            return Ok(Some((snapshot, known)));
+            return Ok(Some(StoredFiles {
+                base,
+                base_meta,
+                journal,
+                unchanged,
+            }));
         }
         Err(Error::Insecure {
             path,
@@ -234,9 +296,16 @@ impl FileSessionStore {
             }
         }
         if verify {
-            if let Ok(Some((_, Some(known)))) = self.read_state(id, true) {
-                self.remember_read(id, known);
-                return Ok(self.known_sessions().get(id).cloned());
+            match self.read_state(id, true) {
+                Ok(Some((_, Some(known)))) => {
+                    self.remember_read(id, known);
+                    return Ok(self.known_sessions().get(id).cloned());
+                }
+                // A state that does not load is described from its headers below, for a
+                // save that repairs it. Any other failure (an I/O error) fails the save:
+                // taking a readable session for a damaged one would replace its history.
+                Err(e) if !e.is_corrupt() => return Err(e),
+                _ => {}
             }
         }
         self.forget(id);
@@ -296,10 +365,12 @@ impl FileSessionStore {
             journal_end: None,
             base_private: true,
             base_revision: header.revision,
-            // Only the header and the records' framing were read: enough for a
+            // Only the header and the entries' heads were read: enough for a
             // compare-and-swap, not to append to.
             verified: false,
             dir_synced: false,
+            journal_version: None,
+            stats: None,
         };
         let journal_path = self.journal_path(id);
         let Some((bytes, meta)) =
@@ -319,17 +390,33 @@ impl FileSessionStore {
         }
         let mut counts = journal_header.base;
         let mut revision = header.revision;
-        for (_, payload) in records {
-            let change = journal::decode_record(payload).map_err(at_journal)?;
-            if change.revision != revision.next() || !change.from.within(counts) {
-                return Err(at_journal(Error::inconsistent(format!(
-                    "the record of revision {} does not follow revision {revision} with {counts:?}",
-                    change.revision
-                ))));
+        if journal_header.journal == 1 {
+            for (_, payload) in records {
+                let change = decode_record(payload).map_err(at_journal)?;
+                if change.revision != revision.next() || !change.from.within(counts) {
+                    return Err(at_journal(Error::inconsistent(format!(
+                        "the record of revision {} does not follow revision {revision} with {counts:?}",
+                        change.revision
+                    ))));
+                }
+                counts = counts_after(&change);
+                revision = change.revision;
             }
-            counts = journal::counts_after(&change);
-            revision = change.revision;
+        } else {
+            for (_, payload) in records {
+                let (head, _) = split_entry(payload).map_err(at_journal)?;
+                let head = decode_head(head).map_err(at_journal)?;
+                if head.revision != revision.next() {
+                    return Err(at_journal(Error::inconsistent(format!(
+                        "the log entry of revision {} does not follow revision {revision}",
+                        head.revision
+                    ))));
+                }
+                counts = head.state;
+                revision = head.revision;
+            }
         }
+        known.journal_version = u32::try_from(journal_header.journal).ok();
         known.revision = revision;
         known.counts = Some(counts);
         known.journal_end = Some(frames.valid_end as u64);

@@ -31,15 +31,14 @@ use super::{
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
-use crate::snapshot::Lineage;
-use crate::snapshot::SessionSnapshot;
+use crate::snapshot::{HistoryStats, Lineage, SessionSnapshot};
 use crate::store::{ListScope, SessionList, SessionSummary};
 use crate::usage::Cost;
 
-/// The summary format version this release writes and reads. Version 2 added `lineage`;
-/// a summary of another version is ignored like a stale one (and rewritten by the next
-/// listing or save).
-const SUMMARY_VERSION: u64 = 2;
+/// The summary format version this release writes and reads. Version 2 added `lineage`,
+/// version 3 `history`; a summary of another version is ignored like a stale one (and
+/// rewritten by the next listing or save).
+const SUMMARY_VERSION: u64 = 3;
 
 /// The largest summary file read; summaries are a few hundred bytes.
 pub(crate) const MAX_SUMMARY_BYTES: u64 = 64 * 1024;
@@ -70,10 +69,6 @@ impl Stamp {
             ctime_nsec: meta.ctime_nsec(),
         }
     }
-
-    pub(crate) fn size(self) -> u64 {
-        self.size
-    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -91,14 +86,27 @@ struct Encoded {
     cost: Cost,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lineage: Option<Lineage>,
+    history: EncodedStats,
     base: Stamp,
     journal: Option<Stamp>,
 }
 
-/// The framed summary of `snapshot`, stored at `revision` as `base` plus `journal`.
+/// [`HistoryStats`] as a summary holds them.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EncodedStats {
+    oldest_revision: Revision,
+    rewinds: u64,
+    compactions: u64,
+    restores: u64,
+}
+
+/// The framed summary of `snapshot`, stored at `revision` as `base` plus `journal`, whose
+/// log holds `stats`.
 pub(crate) fn encode(
     snapshot: &SessionSnapshot,
     revision: Revision,
+    stats: HistoryStats,
     base: Stamp,
     journal: Option<Stamp>,
 ) -> Vec<u8> {
@@ -116,6 +124,12 @@ pub(crate) fn encode(
         model: listed.model,
         cost: listed.cost,
         lineage: listed.lineage,
+        history: EncodedStats {
+            oldest_revision: stats.oldest_revision,
+            rewinds: stats.rewinds,
+            compactions: stats.compactions,
+            restores: stats.restores,
+        },
         base,
         journal,
     };
@@ -155,6 +169,12 @@ pub(crate) fn decode(
         cost: encoded.cost,
         lineage: encoded.lineage,
         archived: false,
+        history: HistoryStats {
+            oldest_revision: encoded.history.oldest_revision,
+            rewinds: encoded.history.rewinds,
+            compactions: encoded.history.compactions,
+            restores: encoded.history.restores,
+        },
     })
 }
 
@@ -166,11 +186,12 @@ impl FileSessionStore {
         &self,
         snapshot: &SessionSnapshot,
         revision: Revision,
+        stats: HistoryStats,
         base: Stamp,
         journal: Option<Stamp>,
     ) {
         let path = self.summary_path(snapshot.id());
-        let bytes = encode(snapshot, revision, base, journal);
+        let bytes = encode(snapshot, revision, stats, base, journal);
         let file = match self.open_checked(&path, true) {
             Ok(Some((file, _))) => file,
             Ok(None) => match self.fs.create_private(&path) {
@@ -204,7 +225,14 @@ impl FileSessionStore {
         if let Some(known) = known {
             // Repaired for the next listing (best effort, no lock needed: a summary names
             // the files it describes, so one that a concurrent save outdates is ignored).
-            self.write_summary(&snapshot, snapshot.revision(), known.base, known.journal);
+            let stats = snapshot.history_stats();
+            self.write_summary(
+                &snapshot,
+                snapshot.revision(),
+                stats,
+                known.base,
+                known.journal,
+            );
             self.remember_read(id, known);
         }
         Ok(Some(SessionSummary::of(&snapshot)))

@@ -1,65 +1,65 @@
-//! Writing a session: appending one checksummed record to its journal when the snapshot
-//! derives from what is stored, or rewriting the whole snapshot (and emptying the journal)
-//! otherwise.
+//! Writing a session: appending one log entry to its journal (every save of a stored
+//! session), rewriting a journal of an older format with the entry added, or writing the
+//! whole session as a new base (its first save, or a save that repairs a damaged one).
 
 use std::fs::File;
 use std::io::{self};
 
 use super::atomic::{self, ReplaceError};
-use super::journal::{self, JournalHeader, JOURNAL_VERSION};
+use super::journal;
 use super::state::Known;
 use super::summary::Stamp;
 use super::FileSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::SessionSnapshot;
-use crate::store::journal_bound;
+use crate::snapshot::{HistoryStats, SessionSnapshot};
 
 impl FileSessionStore {
-    /// Appends `snapshot`'s change since what is stored to the journal, if the snapshot
-    /// knows it derives from exactly the stored state and the journal stays within its
-    /// bound; `Ok(None)` if a full write is needed instead.
-    pub(super) fn try_append(
+    /// Appends `entry` (the bytes of the log entry that takes the stored state to
+    /// `snapshot`) to the journal, and returns the new revision. The stored state was read
+    /// and verified (or written by this store), so the entry follows a state that loads.
+    pub(super) fn append(
         &self,
         snapshot: &SessionSnapshot,
         stored: &Known,
-        record: &[u8],
-    ) -> Result<Option<Revision>> {
+        entry: &[u8],
+        stats: HistoryStats,
+    ) -> Result<Revision> {
         let id = snapshot.id();
         let revision = stored.revision.next();
-        let Some(provenance) = snapshot.provenance() else {
-            return Ok(None);
-        };
-        let derives = match (stored.updated_at, stored.counts) {
-            (Some(updated_at), Some(counts)) => {
-                snapshot.derives_from(stored.revision, stored.created_at, updated_at, counts)
-            }
-            _ => false,
-        };
-        if !stored.verified || !stored.base_private || !derives {
-            return Ok(None);
+        let mut stored = stored.clone();
+        if !stored.base_private {
+            // A base loosened by another program (say 0644) is replaced by a private copy
+            // of itself before anything is added to the session.
+            stored.base = self.reprivatize_base(id)?;
+            stored.base_private = true;
         }
+        let counts = stored.counts.ok_or_else(|| {
+            Error::inconsistent("the stored lengths of a verified session are unknown")
+        })?;
         // A live journal is appended to; otherwise a new one starts with a header naming
         // the base it follows (which is then the stored state itself).
         let (offset, header) = match stored.journal_end {
             Some(end) => (end, Vec::new()),
             None => (
                 0,
-                journal::encode_header(&JournalHeader {
-                    journal: u64::from(JOURNAL_VERSION),
-                    id: id.clone(),
-                    base_revision: stored.revision,
-                    base_created_at: stored.created_at,
-                    base: provenance.stored,
-                })?,
+                journal::encode_header(&journal::header_for(
+                    id,
+                    stored.revision,
+                    stored.created_at,
+                    counts,
+                ))?,
             ),
         };
-        let new_end = offset + (header.len() + record.len()) as u64;
-        let bound = journal_bound(stored.base.size(), self.max_snapshot_bytes);
-        if new_end > bound {
-            return Ok(None);
-        }
         let path = self.journal_path(id);
+        let new_end = offset + (header.len() + entry.len()) as u64;
+        if new_end > self.max_snapshot_bytes {
+            return Err(Error::TooLarge {
+                location: Location::File(path),
+                size_bytes: new_end,
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        }
         if self.durable() && !stored.dir_synced {
             // The base or the journal may have been named by a save whose directory fsync
             // failed or never ran: an append acknowledged now must not rest on names a
@@ -75,17 +75,21 @@ impl FileSessionStore {
         let (file, created) = match self.open_checked(&path, true)? {
             Some((file, meta)) => {
                 if offset == 0 {
-                    // An older base's records: gone for good before new ones are written.
+                    // An older base's entries: gone for good before new ones are written.
                     self.empty_journal(&file, meta.len())
                         .map_err(|e| Error::io("empty the journal", &path, e))?;
                 }
                 (file, false)
             }
-            // Gone since it was read (removed by hand): records after `offset` would follow
-            // a hole, so the save writes a whole snapshot instead.
+            // Gone since it was read (removed by hand): entries after `offset` would follow
+            // a hole, so the save fails rather than write them there.
             None if offset > 0 => {
                 self.forget(id);
-                return Ok(None);
+                return Err(Error::inconsistent(format!(
+                    "the journal {} disappeared while session {id} was saved; load the session again",
+                    path.display()
+                ))
+                .at(&Location::file(&path)));
             }
             None => match self.fs.create_private(&path) {
                 Ok(file) => (file, true),
@@ -93,10 +97,9 @@ impl FileSessionStore {
             },
         };
         let mut bytes = header;
-        bytes.extend_from_slice(record);
-        self.write_record(snapshot, stored, &file, offset, &bytes, created)?;
+        bytes.extend_from_slice(entry);
+        self.write_record(snapshot, &stored, &file, offset, &bytes, created)?;
         let journal_stamp = file.metadata().ok().map(|meta| Stamp::of(&meta));
-        let counts = snapshot.counts();
         match journal_stamp {
             Some(stamp) => self.remember(
                 id,
@@ -106,21 +109,146 @@ impl FileSessionStore {
                     revision,
                     created_at: stored.created_at,
                     updated_at: Some(snapshot.updated_at()),
-                    counts: Some(counts),
+                    counts: Some(snapshot.counts()),
                     journal_end: Some(new_end),
                     base_private: true,
                     base_revision: stored.base_revision,
                     verified: true,
                     dir_synced: stored.dir_synced || self.durable(),
+                    journal_version: Some(journal::JOURNAL_VERSION),
+                    stats: Some(stats),
                 },
             ),
             None => self.forget(id),
         }
-        self.write_summary(snapshot, revision, stored.base, journal_stamp);
-        Ok(Some(revision))
+        self.write_summary(snapshot, revision, stats, stored.base, journal_stamp);
+        Ok(revision)
     }
 
-    /// Writes `bytes` (a record, after a header for a new journal) at `offset` of the
+    /// Replaces the base of `id` with a private copy of its own bytes, and returns the new
+    /// file's stamp. Under the write lock.
+    fn reprivatize_base(&self, id: &SessionId) -> Result<Stamp> {
+        let path = self.path_of(id);
+        let (bytes, _) = self
+            .read_checked(&path, self.max_snapshot_bytes, false)?
+            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        self.replace_file(id, &path, &bytes)?;
+        let meta = self
+            .fs
+            .symlink_metadata(&path)
+            .map_err(|e| Error::io("inspect", &path, e))?;
+        Ok(Stamp::of(&meta))
+    }
+
+    /// Replaces `path` (a file of session `id`) with `bytes`, atomically and, with
+    /// [`Durability::Sync`](super::Durability::Sync), durably.
+    fn replace_file(&self, id: &SessionId, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+        match atomic::replace(
+            &*self.fs,
+            &self.root,
+            path,
+            &format!(".{id}."),
+            bytes,
+            self.durable(),
+        ) {
+            Ok(()) => Ok(()),
+            Err(ReplaceError::Unchanged(err)) => Err(err),
+            Err(ReplaceError::NotDurable(source)) => {
+                self.forget(id);
+                Err(Error::NotDurable {
+                    id: id.clone(),
+                    revision: Revision::NEW,
+                    dir: self.root.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Writes the journal again whole, in the current format, with `entry` added: every
+    /// entry read back (a journal of format 1, written by an earlier release, has its
+    /// records turned into log entries), verified, into a new file that is synced and
+    /// renamed over the old one. One atomic replacement, so a crash leaves the old journal
+    /// or the new one, whole; and nothing in the new file depends on an fdatasync that
+    /// failed before. The base is not touched (the new journal follows it as the old one
+    /// did).
+    ///
+    /// # Errors
+    ///
+    /// A corrupt-kind error if the stored state does not load (the caller repairs it);
+    /// [`Error::Conflict`] if what loads is not the revision the save was checked against
+    /// (a record whose fdatasync failed did not keep its pages); I/O errors otherwise.
+    pub(super) fn rewrite_journal(
+        &self,
+        snapshot: &SessionSnapshot,
+        stored: &Known,
+        entry: &[u8],
+        stats: HistoryStats,
+    ) -> Result<Revision> {
+        let id = snapshot.id();
+        let revision = stored.revision.next();
+        let journal_path = self.journal_path(id);
+        let (base, entries) = self.with_log(id, |log| {
+            let last = log.last_revision();
+            if last != stored.revision {
+                return Err(Error::conflict(id, snapshot.revision(), Some(last)));
+            }
+            // The state must load, not only decode: a damaged one is repaired instead.
+            let (base, entries) = log.into_entries()?;
+            let mut check = crate::snapshot::SessionLog::new(base.clone());
+            for entry in &entries {
+                check.push(entry.clone())?;
+            }
+            check.head()?;
+            Ok((base, entries))
+        })?;
+        let mut bytes = journal::encode_journal(&base, &entries)?;
+        let end = bytes.len() + entry.len();
+        bytes.extend_from_slice(entry);
+        if end as u64 > self.max_snapshot_bytes {
+            return Err(Error::TooLarge {
+                location: Location::File(journal_path),
+                size_bytes: end as u64,
+                limit_bytes: self.max_snapshot_bytes,
+            });
+        }
+        self.forget(id);
+        self.check_journal_slot(id)?;
+        match self.replace_file(id, &journal_path, &bytes) {
+            Ok(()) => {}
+            Err(Error::NotDurable { source, .. }) => {
+                return Err(Error::NotDurable {
+                    id: id.clone(),
+                    revision,
+                    dir: self.root.clone(),
+                    source,
+                })
+            }
+            Err(err) => return Err(err),
+        }
+        if let Ok(meta) = self.fs.symlink_metadata(&journal_path) {
+            let journal = Stamp::of(&meta);
+            self.remember(
+                id,
+                Known {
+                    journal: Some(journal),
+                    revision,
+                    updated_at: Some(snapshot.updated_at()),
+                    counts: Some(snapshot.counts()),
+                    journal_end: Some(end as u64),
+                    verified: true,
+                    dir_synced: self.durable(),
+                    journal_version: Some(journal::JOURNAL_VERSION),
+                    stats: Some(stats),
+                    ..stored.clone()
+                },
+            );
+            self.write_summary(snapshot, revision, stats, stored.base, Some(journal));
+        }
+        Ok(revision)
+    }
+
+    /// Writes `bytes` (an entry, after a header for a new journal) at `offset` of the
     /// journal of `snapshot`'s session and makes them durable. On failure the bytes are
     /// taken back off where possible, so nothing changed; see the type docs otherwise.
     pub(super) fn write_record(
@@ -202,12 +330,18 @@ impl FileSessionStore {
         Ok(())
     }
 
-    /// Writes `snapshot` as a new base at `revision` and empties the journal.
+    /// Writes `snapshot` as a new base at `revision` and empties the journal: the first
+    /// save of a session, or one that replaces a stored state that does not load (whose
+    /// history is lost with it). The log then starts at `revision`.
     pub(super) fn rewrite(
         &self,
         snapshot: &SessionSnapshot,
         revision: Revision,
     ) -> Result<Revision> {
+        let stats = HistoryStats {
+            oldest_revision: revision,
+            ..HistoryStats::default()
+        };
         let id = snapshot.id();
         let path = self.path_of(id);
         self.check_journal_slot(id)?;
@@ -266,9 +400,11 @@ impl FileSessionStore {
                         base_revision: revision,
                         verified: true,
                         dir_synced: not_durable.is_none() && self.durable(),
+                        journal_version: None,
+                        stats: Some(stats),
                     },
                 );
-                self.write_summary(snapshot, revision, base, journal);
+                self.write_summary(snapshot, revision, stats, base, journal);
             }
         }
         match not_durable {

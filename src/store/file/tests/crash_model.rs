@@ -55,14 +55,17 @@ use super::fault_injection::{
     appended, durable_replace, encoded, long_run, saved, scratch_dir, snapshot_on, temp_files,
     Mounted, ReplaceFn,
 };
+use crate::compactor::Compaction;
 use crate::error::Error;
-use crate::id::SessionId;
+use crate::id::{Revision, SessionId};
 use crate::snapshot::{RewindTo, SessionSnapshot};
 use crate::store::file::atomic::ReplaceError;
 use crate::store::file::fs::{FileSystem, OsFileSystem};
 use crate::store::file::FileSessionStore;
 use crate::store::DEFAULT_MAX_SNAPSHOT_BYTES;
 use crate::store::{ListScope, SessionStore};
+use crate::transcript::Message;
+use crate::usage::Usage;
 
 // ---------------------------------------------------------------------------------------
 // The model.
@@ -695,17 +698,25 @@ enum Writer {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
-    /// Saves a snapshot built on the stored revision (no provenance): a full rewrite.
+    /// Saves a snapshot built anew (no provenance, its own creation time) at the stored
+    /// revision: the first save of a session, or one that replaces another session under
+    /// the same id, written as a new base.
     Save,
     /// Loads the session and saves it with a turn of about this many bytes appended: an
-    /// append to the journal, or a compaction once the journal would pass its bound.
+    /// entry appended to the journal.
     Append(usize),
-    /// An append sized to bring the journal to about [`FILL_TO`] bytes, just under its
-    /// 64 KiB bound, so that the next append compacts.
-    Fill,
-    /// Loads the session and rewinds its last turn ([`RewindTo::LastTurns`]): an append of
-    /// a record that keeps fewer messages and adds none.
+    /// Saves a snapshot built anew with the stored creation time at the stored revision: an
+    /// entry that replaces the whole view, appended.
+    Edit,
+    /// Loads the session and rewinds its last turn ([`RewindTo::LastTurns`]): an entry
+    /// that keeps fewer messages and adds none.
     Rewind,
+    /// Loads the session and compacts all but its last message into a summary: an entry
+    /// holding the summary.
+    Compact,
+    /// Loads the session and restores the revision this many before the head
+    /// ([`SessionSnapshot::restore_from`]): an entry naming it.
+    Restore(u64),
     Delete,
     /// Archives the session (`true`) or restores it.
     Archive(bool),
@@ -717,9 +728,6 @@ enum Action {
 }
 
 const ID: &str = "s";
-
-/// Where [`Action::Fill`] brings the journal.
-const FILL_TO: u64 = 62_000;
 
 /// What a load finds: the base snapshot's bytes, and the snapshot with the journal
 /// applied. `None`: no session.
@@ -872,12 +880,13 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     Some(after),
                 )
             }
-            Action::Append(_) | Action::Fill | Action::Rewind => {
+            Action::Append(_)
+            | Action::Edit
+            | Action::Rewind
+            | Action::Compact
+            | Action::Restore(_) => {
                 let store = store.as_ref().expect("appends go through the store");
                 let loaded = store.load(&id).expect("load before an append");
-                // The load changed nothing on disk: its calls are no crash points.
-                fs.take_log();
-                let journal_len = std::fs::metadata(&journal).map_or(0, |m| m.len());
                 let next = match *action {
                     Action::Rewind => {
                         let mut rewound = loaded;
@@ -886,23 +895,54 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                             .expect("rewind the last turn");
                         rewound
                     }
-                    Action::Append(size) => appended(&loaded, "crash turn", size),
-                    _ => {
-                        let size = usize::try_from(FILL_TO.saturating_sub(journal_len + 500))
-                            .expect("small size");
-                        appended(&loaded, "crash turn", size)
+                    Action::Compact => {
+                        let mut compacted = loaded;
+                        let replaced = compacted.transcript().len() - 1;
+                        compacted
+                            .compact(
+                                Compaction::new(replaced, vec![Message::user("crash summary")])
+                                    .with_usage(Usage::new("test-model").with_tokens(9, 1)),
+                            )
+                            .expect("compact");
+                        compacted
                     }
+                    Action::Restore(back) => {
+                        let past = store
+                            .load_at(&id, Revision::from_u64(revision - back))
+                            .expect("load an earlier revision");
+                        let mut restored = loaded;
+                        restored.restore_from(&past).expect("restore");
+                        restored
+                    }
+                    Action::Edit => {
+                        let size = size_of_revision(revision + 1);
+                        let filler: String = "edit ".chars().cycle().take(size).collect();
+                        SessionSnapshot::builder(id.clone(), "test-model")
+                            .transcript(vec![Message::user("edited"), Message::user(filler)])
+                            .timestamps(loaded.created_at(), loaded.updated_at())
+                            .build()
+                            .expect("build an edit")
+                            .with_revision(loaded.revision())
+                    }
+                    Action::Append(size) => appended(&loaded, "crash turn", size),
+                    _ => unreachable!(),
                 };
+                // The loads changed nothing on disk: their calls are no crash points.
+                fs.take_log();
+                let journal_len = std::fs::metadata(&journal).map_or(0, |m| m.len());
                 let base_before = std::fs::read(&target).expect("read the base");
                 let result = store.save(&next).map(|_| ()).map_err(|e| e.to_string());
                 let base_after = std::fs::read(&target).expect("read the base");
-                let appended_to_journal = base_after == base_before;
+                assert_eq!(
+                    base_after, base_before,
+                    "an entry is appended, never a new base"
+                );
                 let what = match *action {
-                    Action::Rewind if appended_to_journal => "rewind",
-                    Action::Rewind => "rewind (compaction)",
-                    _ if !appended_to_journal => "compaction",
+                    Action::Rewind => "rewind",
+                    Action::Compact => "compaction",
+                    Action::Restore(_) => "restore",
+                    Action::Edit => "edit",
                     _ if over_stale => "append over a stale journal",
-                    Action::Fill => "append filling the journal",
                     _ if journal_len == 0 => "append (the journal started)",
                     _ => "append",
                 };
@@ -966,13 +1006,6 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                 (Err(e), None) => assert!(e.is_not_found(), "{label}: {e}"),
                 _ => panic!("{label}: live load {live:?}"),
             }
-        }
-        if *action == Action::Fill {
-            let len = std::fs::metadata(&journal).expect("journal").len();
-            assert!(
-                (FILL_TO - 2_000..64 * 1024).contains(&len),
-                "{label}: the journal holds {len} bytes"
-            );
         }
         revision = match action {
             Action::Delete => 0,
@@ -1351,19 +1384,21 @@ fn store_plan() -> Vec<Action> {
 /// started again at offset 0, filled close to its bound and compacted (a rewrite), started
 /// again, deleted with the session, and started once more for a new session of that id.
 fn journal_plan() -> Vec<Action> {
-    use Action::{Append, Delete, Fill, Rewind, Save};
+    use Action::{Append, Compact, Delete, Edit, Restore, Rewind, Save};
     vec![
         Save,
         Append(150),
         Append(150),
         Rewind,
         Append(150),
+        Restore(2),
         Save,
         Append(150),
-        Fill,
+        Edit,
         Append(4_000),
+        Compact,
         Append(150),
-        Append(150),
+        Restore(1),
         Delete,
         Save,
         Append(150),
@@ -1588,20 +1623,21 @@ fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot(
 fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_new_state() {
     let records = record_run(Writer::Store, &journal_plan(), Start::Existing);
     // The run is the one described: the journal started three times (a first append, an
-    // append after a rewrite emptied it, an append after the compaction emptied it) and
-    // once more after the delete, appended to, rewound (a record that keeps fewer
-    // messages and adds none) and appended to again, and compacted once.
+    // append after a new session's base replaced the first, and once more after the
+    // delete), appended to, rewound (an entry that keeps fewer messages and adds none),
+    // restored twice, edited whole and compacted, each an entry appended.
     let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
     let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
-    assert_eq!(count("append (the journal started)"), 4, "{labels:?}");
-    assert_eq!(count("append of"), 3, "{labels:?}");
+    assert_eq!(count("append (the journal started)"), 3, "{labels:?}");
+    assert_eq!(count("append of"), 4, "{labels:?}");
     assert_eq!(count("rewind of"), 1, "{labels:?}");
-    assert_eq!(count("append filling"), 1, "{labels:?}");
-    assert_eq!(count("compaction"), 1, "{labels:?}");
+    assert_eq!(count("restore of"), 2, "{labels:?}");
+    assert_eq!(count("edit of"), 1, "{labels:?}");
+    assert_eq!(count("compaction of"), 1, "{labels:?}");
     assert_eq!(count("delete"), 1, "{labels:?}");
     let (figures, violations) = check(&records, Fates::Ordered);
     report(
-        "FileSessionStore with its journal (appends, rewrite, compaction, delete)",
+        "FileSessionStore with its journal (appends, rewind, restore, edit, compaction, rewrite, delete)",
         &figures,
         &violations,
     );

@@ -38,6 +38,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::journal_in_format_1;
+use crate::compactor::Compaction;
 use crate::error::{Error, ErrorKind, Result};
 use crate::id::SessionId;
 use crate::snapshot::{RewindTo, SessionSnapshot};
@@ -1349,12 +1351,16 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         &summary,
     ]
     .concat();
+    // A store that remembers nothing reads the stored state whole (the base, the journal,
+    // then the base's name again, to see it was not replaced meanwhile): had the snapshot
+    // the stored creation time, its save would append to that state.
     let from_files = [
         inspect.as_slice(),
         &[
             (OpenRead, "base"),
             (SymlinkMetadata, "base"),
             (OpenRead, "journal"),
+            (SymlinkMetadata, "base"),
         ],
         &slot,
         &replacing,
@@ -2329,26 +2335,36 @@ enum JournalCase {
     /// when a rewrite's truncation of the journal is lost), by a store that reads the
     /// state from the files: the journal is cut to 0 and started again.
     OverStaleJournal,
-    /// An append that would take the journal past its bound (64 KiB here): a full rewrite
-    /// of the base instead, and the journal emptied.
-    Compaction,
-    /// A rewind of the last turn, to a journal that holds records: an append of a record
-    /// that keeps fewer messages and adds none.
+    /// A new session (another creation time) saved over one whose journal holds entries:
+    /// a whole new base, and the old session's journal emptied once it is in place.
+    Replace,
+    /// A rewind of the last turn, to a journal that holds entries: an entry that keeps
+    /// fewer messages and adds none.
     Rewind,
+    /// A snapshot built anew with the stored creation time, saved over the stored one: an
+    /// entry that replaces the whole view (the history keeps the old one).
+    Edit,
+    /// A compaction of all but the last message into a summary: an entry holding it.
+    Compact,
+    /// A restore of the revision before the last: an entry naming it.
+    Restore,
+    /// An append to a journal of format 1 (an earlier release's): the journal written
+    /// again whole in the current format with the entry added, and renamed over the old.
+    Upgrade,
 }
 
-const JOURNAL_CASES: [JournalCase; 6] = [
+const JOURNAL_CASES: [JournalCase; 10] = [
     JournalCase::FirstAppend,
     JournalCase::Append,
     JournalCase::AfterRewrite,
     JournalCase::OverStaleJournal,
-    JournalCase::Compaction,
+    JournalCase::Replace,
     JournalCase::Rewind,
+    JournalCase::Edit,
+    JournalCase::Compact,
+    JournalCase::Restore,
+    JournalCase::Upgrade,
 ];
-
-/// Size of the three turns that fill the journal close to its 64 KiB bound before a
-/// compaction, and of the turn that takes it past.
-const FILL_TURN: usize = 20_000;
 
 /// Prepares `case` in `dir` through `fs` (no fault armed): returns the store to save with,
 /// the stored snapshot as loaded, and the snapshot whose save is under test.
@@ -2372,8 +2388,25 @@ fn prepare_journal_case(
     };
     match case {
         JournalCase::FirstAppend => {}
-        JournalCase::Append | JournalCase::Rewind => {
+        JournalCase::Append
+        | JournalCase::Rewind
+        | JournalCase::Replace
+        | JournalCase::Edit
+        | JournalCase::Compact => {
             append(&store, "first turn", 200)?;
+        }
+        JournalCase::Restore => {
+            append(&store, "first turn", 200)?;
+            append(&store, "second turn", 200)?;
+        }
+        JournalCase::Upgrade => {
+            append(&store, "first turn", 200)?;
+            append(&store, "second turn", 200)?;
+            // What an earlier release wrote: the same records in journal format 1, read by
+            // a new store instance.
+            let current = std::fs::read(&journal).map_err(|e| e.to_string())?;
+            std::fs::write(&journal, journal_in_format_1(&current)).map_err(|e| e.to_string())?;
+            store = open_faulty(dir, fs)?;
         }
         JournalCase::AfterRewrite | JournalCase::OverStaleJournal => {
             append(&store, "first turn", 200)?;
@@ -2396,33 +2429,43 @@ fn prepare_journal_case(
                 store = open_faulty(dir, fs)?;
             }
         }
-        JournalCase::Compaction => {
-            for turn in 0..3 {
-                append(&store, &format!("filling turn {turn}"), FILL_TURN)?;
-            }
-            let len = std::fs::metadata(&journal)
-                .map_err(|e| e.to_string())?
-                .len();
-            ensure!(
-                len < 64 * 1024 && len + FILL_TURN as u64 > 64 * 1024,
-                "setup: the journal holds {len} bytes"
-            );
-        }
     }
     let old = load(&store)?;
-    let size = if case == JournalCase::Compaction {
-        FILL_TURN
-    } else {
-        150
-    };
-    let next = if case == JournalCase::Rewind {
-        let mut rewound = old.clone();
-        rewound
-            .rewind(RewindTo::LastTurns(1))
-            .map_err(|e| setup("rewind", e))?;
-        rewound
-    } else {
-        appended(&old, "new turn", size)
+    let next = match case {
+        JournalCase::Rewind => {
+            let mut rewound = old.clone();
+            rewound
+                .rewind(RewindTo::LastTurns(1))
+                .map_err(|e| setup("rewind", e))?;
+            rewound
+        }
+        // Built anew, with its own creation time: another session.
+        JournalCase::Replace => snapshot_on(&id, old.revision().as_u64(), "replacing", 400),
+        JournalCase::Edit => SessionSnapshot::builder(id.clone(), "test-model")
+            .transcript(vec![Message::user("edited whole")])
+            .timestamps(old.created_at(), old.updated_at())
+            .build()
+            .map_err(|e| setup("edit", e))?
+            .with_revision(old.revision()),
+        JournalCase::Compact => {
+            let mut compacted = old.clone();
+            let replaced = compacted.transcript().len() - 1;
+            compacted
+                .compact(Compaction::new(replaced, vec![Message::user("summary")]))
+                .map_err(|e| setup("compact", e))?;
+            compacted
+        }
+        JournalCase::Restore => {
+            let past = store
+                .load_at(&id, Revision::from_u64(old.revision().as_u64() - 1))
+                .map_err(|e| setup("load_at", e))?;
+            let mut restored = old.clone();
+            restored
+                .restore_from(&past)
+                .map_err(|e| setup("restore", e))?;
+            restored
+        }
+        _ => appended(&old, "new turn", 150),
     };
     fs.disarm();
     Ok((store, old, next))
@@ -2716,9 +2759,10 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         &summary,
     ]
     .concat();
-    // A compaction replaces the base; once that is durable it empties the journal,
-    // durably too, so no later journal started at offset 0 lands over its old records.
-    let compaction = [
+    // A new session saved over one with a journal replaces the base; once that is durable
+    // it empties the journal, durably too, so no later journal started at offset 0 lands
+    // over its old entries.
+    let replace = [
         remembered.as_slice(),
         &[
             (SymlinkMetadata, "journal"),
@@ -2736,13 +2780,39 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         &summary,
     ]
     .concat();
+    // A journal of format 1 is read back whole (the base, the journal, the base's name
+    // again) and written again in the current format with the entry added: a new file,
+    // synced, renamed over the old one, and the directory synced. The base stays.
+    let upgrade = [
+        remembered.as_slice(),
+        &[
+            (OpenRead, "base"),
+            (SymlinkMetadata, "base"),
+            (OpenRead, "journal"),
+            (SymlinkMetadata, "journal"),
+            (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "journal"),
+            (CreateTemp, "temp"),
+            (WriteAll, "temp"),
+            (SyncFile, "temp"),
+            (Rename, "temp"),
+            (SyncDir, "dir"),
+            (SymlinkMetadata, "journal"),
+        ],
+        &summary,
+    ]
+    .concat();
     for (case, calls, rewrites) in [
         (JournalCase::FirstAppend, &first, false),
         (JournalCase::Append, &append, false),
         (JournalCase::AfterRewrite, &append, false),
         (JournalCase::OverStaleJournal, &from_files, false),
-        (JournalCase::Compaction, &compaction, true),
+        (JournalCase::Replace, &replace, true),
         (JournalCase::Rewind, &append, false),
+        (JournalCase::Edit, &append, false),
+        (JournalCase::Compact, &append, false),
+        (JournalCase::Restore, &append, false),
+        (JournalCase::Upgrade, &upgrade, false),
     ] {
         assert_eq!(
             clean_journal_calls(case),
@@ -2865,17 +2935,20 @@ fn a_journal_record_whose_fdatasync_failed_is_never_made_durable_by_a_later_fdat
 }
 
 #[test]
-fn after_a_journal_fdatasync_failed_the_next_save_of_the_same_store_rewrites_the_base() {
+fn after_a_journal_fdatasync_failed_the_next_save_of_the_same_store_writes_the_journal_again_whole()
+{
     // As above, but the next snapshot comes from another store instance's load, so the
     // faulted store reads nothing between the two saves: it remembers that the record may
-    // be lost and writes a whole new base, then empties the journal durably once the base
-    // is in place (`set_len(0)` cuts off the bytes the failed fdatasync was for, so the
-    // `sync_data` after it is no retry).
+    // be lost, so it does not append after it. It reads the journal back, verifies it, and
+    // writes it again whole with the new entry into a new file that it syncs and renames
+    // over the old one: nothing of the new journal rests on the failed fdatasync, and the
+    // history is kept. The base is not touched.
     let (_scratch, base) = scratch_dir();
     let fs = Arc::new(FaultyFileSystem::default());
     let dir = base.join("store");
     let (store, old, next) = prepare_journal_case(&dir, &fs, JournalCase::Append).expect("prepare");
     let id = old.id().clone();
+    let base_before = std::fs::read(store.path_of(&id)).expect("read the base");
     let sync_data = clean_journal_calls(JournalCase::Append)
         .0
         .iter()
@@ -2895,37 +2968,46 @@ fn after_a_journal_fdatasync_failed_the_next_save_of_the_same_store_rewrites_the
     let revision = store.save(&turn).expect("the next save");
     assert_eq!(revision, saved(&turn).revision());
     let next_calls = fs.disarm();
+    assert!(
+        !next_calls
+            .iter()
+            .any(|c| kind(c) == "journal"
+                && matches!(c.op, Op::SetLen | Op::WriteAllAt | Op::SyncData)),
+        "the journal whose fdatasync failed was written to: {:?}",
+        steps(&next_calls)
+    );
     let rename = next_calls
         .iter()
         .position(|c| c.op == Op::Rename && c.errno.is_none())
-        .expect("the next save rewrites the base");
+        .expect("the next save renames a new journal into place");
     assert!(
-        !next_calls[..rename]
+        next_calls[..rename]
             .iter()
-            .any(|c| kind(c) == "journal" && matches!(c.op, Op::SetLen | Op::WriteAllAt)),
-        "the journal was written before the new base was in place: {:?}",
+            .any(|c| c.op == Op::SyncFile && kind(c) == "temp"),
+        "the new journal was not synced before its rename: {:?}",
         steps(&next_calls)
     );
-    let emptied: Vec<_> = next_calls[rename..]
-        .iter()
-        .filter(|c| kind(c) == "journal" && matches!(c.op, Op::SetLen | Op::SyncData))
-        .map(|c| (c.op, c.at))
-        .collect();
-    assert_eq!(emptied, [(Op::SetLen, Some(0)), (Op::SyncData, None)]);
     check_directory_durable_first(&[(failed.clone(), false), (next_calls.clone(), true)])
         .expect("directory changes durable first");
     let all: Vec<Call> = failed.into_iter().chain(next_calls).collect();
     check_no_fsync_retry(&all).expect("no fsync retried on the journal");
-    let loaded = FileSessionStore::open(store.dir())
-        .and_then(|other| other.load(&id))
-        .expect("load");
-    assert_eq!(loaded, saved(&turn));
+    let other = FileSessionStore::open(store.dir()).expect("open");
+    assert_eq!(other.load(&id).expect("load"), saved(&turn));
     assert_eq!(
-        std::fs::metadata(dir.join(format!("{ID}.journal")))
-            .expect("journal")
-            .len(),
-        0,
-        "the rewrite emptied the journal"
+        std::fs::read(store.path_of(&id)).expect("read the base"),
+        base_before,
+        "the base is not touched"
+    );
+    // Every revision is still in the history.
+    let revisions: Vec<u64> = other
+        .revisions(&id)
+        .expect("revisions")
+        .iter()
+        .map(|r| r.revision.as_u64())
+        .collect();
+    assert_eq!(
+        revisions,
+        (1..=saved(&turn).revision().as_u64()).collect::<Vec<_>>()
     );
 }
 
@@ -2969,9 +3051,10 @@ fn save_with_failed_dir_sync(
 }
 
 #[test]
-fn a_compaction_whose_directory_fsync_failed_keeps_the_old_bases_journal_until_the_rename_is_durable(
-) {
-    // A compaction renames the new base over the old one and its directory fsync fails:
+fn a_new_base_whose_directory_fsync_failed_keeps_the_old_bases_journal_until_the_rename_is_durable()
+{
+    // A new session saved over one with a journal renames the new base over the old one,
+    // and its directory fsync fails:
     // the rename may not survive a power cut, and the old base that would then come back
     // needs its journal's records, which were acknowledged. So the journal must not be
     // emptied (nor restarted by the next append) before a directory fsync succeeds; its
@@ -2984,7 +3067,7 @@ fn a_compaction_whose_directory_fsync_failed_keeps_the_old_bases_journal_until_t
         next,
         journal_before,
         calls: failed,
-    } = save_with_failed_dir_sync(&dir, &fs, JournalCase::Compaction);
+    } = save_with_failed_dir_sync(&dir, &fs, JournalCase::Replace);
     let journal = dir.join(format!("{ID}.journal"));
     assert!(journal_before.as_ref().is_some_and(|j| !j.is_empty()));
     let journal_after = std::fs::read(&journal).ok();
@@ -3003,7 +3086,7 @@ fn a_compaction_whose_directory_fsync_failed_keeps_the_old_bases_journal_until_t
     assert_eq!(loaded, saved(&turn));
     assert_eq!(
         journal_after, journal_before,
-        "the compaction changed the old base's journal although its rename may not be durable"
+        "the new base's save changed the old base's journal although its rename may not be durable"
     );
     check_directory_durable_first(&history).expect("the rename made durable first");
 }

@@ -25,3 +25,43 @@ impl FileSessionStore {
         FileSessionStore::open_configured(dir, &settings, fs)
     }
 }
+
+/// The journal `journal` (of the current format, holding only turns) as an earlier release
+/// wrote it: journal format 1, each entry a record that keeps the previous state's
+/// lengths (`from`) and appends its messages, records and usage.
+pub(super) fn journal_in_format_1(journal: &[u8]) -> Vec<u8> {
+    use serde_json::{json, Value};
+    let frames = super::journal::split(journal).expect("an intact journal");
+    let mut out = Vec::new();
+    let mut before: Option<Value> = None;
+    for (i, (_, payload)) in frames.frames.iter().enumerate() {
+        let record = if i == 0 {
+            let mut header: Value = serde_json::from_slice(payload).expect("the header");
+            header["journal"] = json!(1);
+            before = Some(header["base"].clone());
+            header
+        } else {
+            let (head, body) = crate::snapshot::split_entry(payload).expect("an entry");
+            let head: Value = serde_json::from_slice(head).expect("a head");
+            let body: Value = serde_json::from_slice(body).expect("a body");
+            assert_eq!(
+                head["kind"], "turn",
+                "only turns have a record of format 1 here"
+            );
+            let record = json!({
+                "revision": head["revision"],
+                "updated_at": head["updated_at"],
+                "from": before.take().expect("the state before"),
+                "messages": body["messages"],
+                "tool_calls": body["tool_calls"],
+                "usage": head["usage"],
+            });
+            before = Some(head["state"].clone());
+            record
+        };
+        out.extend(super::journal::frame(
+            &serde_json::to_vec(&record).expect("encode"),
+        ));
+    }
+    out
+}
