@@ -88,6 +88,22 @@ fn everything<S: SessionStore>(
     )
 }
 
+/// Checks that the listing's history stats of `id` are those of the session as it loads.
+fn assert_listed_stats<S: SessionStore>(store: &S, id: &SessionId, what: &str) {
+    let loaded = store.load(id).expect("load");
+    let listing = store.list().expect("list");
+    let summary = listing
+        .sessions
+        .iter()
+        .find(|s| s.id == *id)
+        .expect("listed");
+    assert_eq!(
+        summary.history,
+        loaded.history_stats(),
+        "{what}: the listing's history stats"
+    );
+}
+
 /// Each kind of change is one revision, and every revision loads exactly as it was saved
 /// (`load_at`), is listed with its kind and view length (`revisions`), and is counted in
 /// the head's and the listing's history stats.
@@ -109,7 +125,9 @@ pub(super) fn every_revision_loads_as_saved_and_is_listed_with_its_kind<S: Sessi
     );
     kinds.push(EntryKind::Rewind);
 
-    let mut compacted = store.load(&sid).expect("load");
+    // The rewound snapshot as `rewind` returned it (not loaded again): a writer that keeps
+    // what it saved, whose next save must still count the rewind in what it stores.
+    let mut compacted = states[2].clone();
     compacted
         .compact(
             Compaction::new(4, vec![Message::user("Earlier: one, found, 1.")])
@@ -118,6 +136,11 @@ pub(super) fn every_revision_loads_as_saved_and_is_listed_with_its_kind<S: Sessi
         .expect("compact the first turn");
     states.push(save_changed(store, compacted));
     kinds.push(EntryKind::Compaction);
+    assert_listed_stats(
+        store,
+        &sid,
+        "after a compaction saved from the rewound snapshot",
+    );
 
     // A snapshot built anew and saved over the head: an edit, not derived from it.
     let head = store.load(&sid).expect("load");
@@ -132,6 +155,7 @@ pub(super) fn every_revision_loads_as_saved_and_is_listed_with_its_kind<S: Sessi
         .with_revision(head.revision());
     states.push(save_changed(store, edited));
     kinds.push(EntryKind::Edit);
+    assert_listed_stats(store, &sid, "after an edit");
 
     // Only the metadata, changed through a session resumed from the store.
     let mut session =
