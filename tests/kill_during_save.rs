@@ -510,7 +510,7 @@ fn expected_state(n: u64) -> Expected {
                     "state {m} rewinds a turn"
                 );
             }
-            Op::Restore => *view = views[usize::try_from(m - 2 - first).expect("fits")].clone(),
+            Op::Restore => view.clone_from(&views[usize::try_from(m - 2 - first).expect("fits")]),
             Op::Compaction => {
                 let last = *view.last().expect("a view to compact");
                 assert!(matches!(last, Part::Turn(_)), "state {m} keeps a turn");
@@ -765,11 +765,11 @@ fn append_own(
         .unwrap_or_else(|e| panic!("the child could not save {id}: {e:?}"));
     assert_eq!(saved.as_u64(), n, "{id}: saved at the wrong revision");
     acknowledge(store, id, n, op);
-    if op != Op::EpochStart {
-        next.with_revision(saved)
-    } else {
+    if op == Op::EpochStart {
         // A built snapshot knows nothing of the store: load it back to append to it.
         load_turns(store, id).expect("the state just saved loads")
+    } else {
+        next.with_revision(saved)
     }
 }
 
@@ -1207,6 +1207,7 @@ impl Checker {
 
     /// Checks the store in `dir` after a kill whose child acknowledged `killed`; in
     /// journal mode, then makes the recovery saves (see the module docs).
+    #[allow(clippy::too_many_lines)] // one check after another, in the order they run
     fn check(
         &mut self,
         dir: &Path,

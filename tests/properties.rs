@@ -949,23 +949,20 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             let id = &ids[*slot];
             let store = subject.handle(*handle);
             let result = store.load(id);
-            match model.get(id) {
-                Some(kept) => {
-                    let loaded = result.unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_eq!(loaded.revision(), kept.head().revision(), "{what}");
-                    assert_unchanged(kept.head(), &loaded, &what);
-                    check_history(store, id, kept, &what);
-                    tally("load checking every revision");
-                }
-                None => {
-                    expect_kind(result, ErrorKind::NotFound, &what);
-                    expect_kind(store.revisions(id), ErrorKind::NotFound, &what);
-                    expect_kind(
-                        store.load_at(id, Revision::from_u64(1)),
-                        ErrorKind::NotFound,
-                        &what,
-                    );
-                }
+            if let Some(kept) = model.get(id) {
+                let loaded = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(loaded.revision(), kept.head().revision(), "{what}");
+                assert_unchanged(kept.head(), &loaded, &what);
+                check_history(store, id, kept, &what);
+                tally("load checking every revision");
+            } else {
+                expect_kind(result, ErrorKind::NotFound, &what);
+                expect_kind(store.revisions(id), ErrorKind::NotFound, &what);
+                expect_kind(
+                    store.load_at(id, Revision::from_u64(1)),
+                    ErrorKind::NotFound,
+                    &what,
+                );
             }
         }
         Op::Turn { slot, handle, text } => {
@@ -1055,7 +1052,7 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             };
             let compaction = Compaction::new(
                 point.unwrap_or(usize::MAX),
-                vec![Message::user(format!("summary of {:?}", point))],
+                vec![Message::user(format!("summary of {point:?}"))],
             )
             .with_usage(Usage::new("m").with_tokens(11, 2));
             let mut loaded = store.load(id).unwrap_or_else(|e| panic!("{what}: {e}"));

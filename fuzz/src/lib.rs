@@ -716,18 +716,6 @@ impl JournalOp {
             _ => JournalOp::Turn,
         }
     }
-
-    /// The flag bits that pick this operation.
-    #[must_use]
-    pub fn bits(self) -> u8 {
-        match self {
-            JournalOp::Turn => 0,
-            JournalOp::Rewind => 0x10,
-            JournalOp::Compaction => 0x20,
-            JournalOp::Restore => 0x30,
-            JournalOp::Edit => 0x40,
-        }
-    }
 }
 
 /// The summary of compaction `i`: a user message, and a tool round if `flags & 1`.
@@ -1610,6 +1598,7 @@ fn is_fold_error(err: &Error) -> bool {
 
 /// Checks the states `log` works out (see [`log_entry`]); `kinds` are the kinds of its
 /// revisions, the checkpoint's first.
+#[allow(clippy::too_many_lines)] // one property after another
 fn check_log(log: &SessionLog, kinds: &[EntryKind]) -> Result<(), String> {
     let first = Revision::from_u64(1);
     let last = log.revision();
@@ -1670,17 +1659,17 @@ fn check_log(log: &SessionLog, kinds: &[EntryKind]) -> Result<(), String> {
         ));
     }
     let count = |kind: EntryKind| kinds.iter().filter(|&&k| k == kind).count() as u64;
-    let stats = head.history_stats();
-    if (stats.rewinds, stats.compactions, stats.restores)
+    let counted = head.history_stats();
+    if (counted.rewinds, counted.compactions, counted.restores)
         != (
             count(EntryKind::Rewind),
             count(EntryKind::Compaction),
             count(EntryKind::Restore),
         )
-        || stats.oldest_revision != first
+        || counted.oldest_revision != first
     {
         return Err(format!(
-            "the head's history {stats:?} does not count the entries {kinds:?}"
+            "the head's history {counted:?} does not count the entries {kinds:?}"
         ));
     }
     for info in &revisions {

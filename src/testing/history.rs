@@ -107,6 +107,7 @@ fn assert_listed_stats<S: SessionStore>(store: &S, id: &SessionId, what: &str) {
 /// Each kind of change is one revision, and every revision loads exactly as it was saved
 /// (`load_at`), is listed with its kind and view length (`revisions`), and is counted in
 /// the head's and the listing's history stats.
+#[allow(clippy::too_many_lines)] // one kind of change after another, then the checks
 pub(super) fn every_revision_loads_as_saved_and_is_listed_with_its_kind<S: SessionStore>(
     store: &S,
 ) {
@@ -224,13 +225,13 @@ pub(super) fn every_revision_loads_as_saved_and_is_listed_with_its_kind<S: Sessi
     for (r, state) in revisions.iter().zip(&states) {
         assert_eq!(r.updated_at, state.updated_at(), "revision {}", r.revision);
     }
-    let stats = head.history_stats();
+    let counted = head.history_stats();
     assert_eq!(
         (
-            stats.oldest_revision,
-            stats.rewinds,
-            stats.compactions,
-            stats.restores
+            counted.oldest_revision,
+            counted.rewinds,
+            counted.compactions,
+            counted.restores
         ),
         (Revision::from_u64(1), 1, 1, 1)
     );
@@ -240,7 +241,7 @@ pub(super) fn every_revision_loads_as_saved_and_is_listed_with_its_kind<S: Sessi
         .iter()
         .find(|s| s.id == sid)
         .expect("listed");
-    assert_eq!(summary.history, stats, "the listing's history stats");
+    assert_eq!(summary.history, counted, "the listing's history stats");
 }
 
 /// `load_at` of a revision the store does not keep (before the first, after the head) is
