@@ -198,6 +198,7 @@ mod check {
             provider,
             api,
             messages,
+            ..
         } in &recordings
         {
             for (i, wire) in messages.iter().enumerate() {

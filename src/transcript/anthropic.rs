@@ -156,6 +156,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
         content,
         extra: object,
         wire,
+        rare: None,
     })
 }
 
