@@ -162,6 +162,7 @@ fn plain_block(
                 extra: Map::new(),
                 wire: ToolCallWire {
                     custom: call.wire.custom,
+                    id_synthetic: call.wire.id_synthetic && to == Codec::Gemini,
                     ..ToolCallWire::default()
                 },
             })
@@ -188,6 +189,9 @@ fn plain_block(
                 wire: ToolResultWire {
                     custom: result.wire.custom,
                     name: result.wire.name.clone(),
+                    // A made-up id stays unsent to Gemini, which pairs by name; to the
+                    // others it is the id the call and its result share.
+                    id_synthetic: result.wire.id_synthetic && to == Codec::Gemini,
                     ..ToolResultWire::default()
                 },
             })

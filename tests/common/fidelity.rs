@@ -33,6 +33,8 @@ impl Recording {
     pub fn codec(&self) -> Codec {
         match (self.provider.as_str(), self.api.as_deref()) {
             ("anthropic", _) => Codec::Anthropic,
+            ("gemini", Some(api)) if api.contains("openai") => Codec::OpenAiChat,
+            ("gemini", _) => Codec::Gemini,
             (_, Some(api)) if api.contains("responses") => Codec::OpenAiResponses,
             _ => Codec::OpenAiChat,
         }
@@ -97,6 +99,22 @@ struct Texts<'a> {
     messages: Vec<&'a RawValue>,
 }
 
+/// The crate's own corpus, `tests/fixtures/providers/`: transcripts written from the
+/// providers' public API references (OpenAI Responses, Gemini, the OpenAI Chat features
+/// the recordings lack), in the same form as the recordings.
+#[allow(dead_code)] // not every test binary reads it
+pub fn own_corpus() -> Vec<Recording> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("read tests/fixtures/providers")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{} holds no transcripts", dir.display());
+    files.iter().map(|path| read(path)).collect()
+}
+
 fn read(path: &Path) -> Recording {
     let name = path
         .file_stem()
@@ -112,7 +130,7 @@ fn read(path: &Path) -> Recording {
         .unwrap_or_else(|| panic!("{name}: no `provider` string"))
         .to_owned();
     assert!(
-        matches!(provider.as_str(), "openai" | "anthropic"),
+        matches!(provider.as_str(), "openai" | "anthropic" | "gemini"),
         "{name}: provider {provider:?}"
     );
     Recording {
