@@ -187,37 +187,7 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
                 extra: object,
             }))
         }
-        "tool_use" => {
-            let mut object = as_object(&block, PROVIDER, "a tool_use block")?;
-            object.remove("type");
-            let id = take_string(&mut object, "id", PROVIDER)?;
-            let name = take_string(&mut object, "name", PROVIDER)?;
-            let input = object
-                .remove("input")
-                .ok_or_else(|| conversion(PROVIDER, format!("tool_use {id:?} has no `input`")))?;
-            // What `encode` refuses or drops, so that it gives back every block accepted here.
-            if !input.is_object() {
-                return Err(block_error(
-                    PROVIDER,
-                    &format!("content block {index} (tool_use {id:?})"),
-                    format!("`input` must be a JSON object, found {}", json_kind(&input)),
-                ));
-            }
-            if object.contains_key("index") {
-                return Err(block_error(
-                    PROVIDER,
-                    &format!("content block {index} (tool_use {id:?})"),
-                    "`index` is a field of OpenAI streamed tool calls, not of Anthropic tool_use blocks",
-                ));
-            }
-            Ok(ContentBlock::tool_call(ToolCall {
-                id,
-                name,
-                arguments: ToolArguments::Json(input),
-                extra: object,
-                wire: ToolCallWire::default(),
-            }))
-        }
+        "tool_use" => decode_tool_use(index, &block),
         "tool_result" => {
             let mut object = as_object(&block, PROVIDER, "a tool_result block")?;
             object.remove("type");
@@ -266,6 +236,47 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
         }
         _ => Ok(ContentBlock::Other { value: block }),
     }
+}
+
+fn decode_tool_use(index: usize, block: &Value) -> Result<ContentBlock> {
+    let mut object = as_object(block, PROVIDER, "a tool_use block")?;
+    object.remove("type");
+    let id = take_string(&mut object, "id", PROVIDER)?;
+    let name = take_string(&mut object, "name", PROVIDER)?;
+    let input = object
+        .remove("input")
+        .ok_or_else(|| conversion(PROVIDER, format!("tool_use {id:?} has no `input`")))?;
+    // What `encode` refuses or drops, so that it gives back every block accepted here.
+    if !input.is_object() {
+        return Err(block_error(
+            PROVIDER,
+            &format!("content block {index} (tool_use {id:?})"),
+            format!("`input` must be a JSON object, found {}", json_kind(&input)),
+        ));
+    }
+    if let Some((key, whose)) = [
+        ("index", "OpenAI streamed tool calls"),
+        (
+            "extra_content",
+            "tool calls in Gemini's OpenAI compatibility mode",
+        ),
+    ]
+    .into_iter()
+    .find(|(key, _)| object.contains_key(*key))
+    {
+        return Err(block_error(
+            PROVIDER,
+            &format!("content block {index} (tool_use {id:?})"),
+            format!("`{key}` is a field of {whose}, not of Anthropic tool_use blocks"),
+        ));
+    }
+    Ok(ContentBlock::tool_call(ToolCall {
+        id,
+        name,
+        arguments: ToolArguments::Json(input),
+        extra: object,
+        wire: ToolCallWire::default(),
+    }))
 }
 
 pub(super) fn encode(message: &Message) -> Result<Value> {
@@ -356,8 +367,10 @@ fn encode_block(block: &ContentBlock, role: Role, at: &At<'_>) -> Result<Value> 
         }
         ContentBlock::ToolCall(call) => {
             let mut object = call.extra.clone();
-            // The position of a streamed OpenAI tool call: nothing to Anthropic.
+            // The position of a streamed OpenAI tool call, and the thought signature Gemini's
+            // OpenAI compatibility mode puts on its calls: nothing to Anthropic.
             object.remove("index");
+            object.remove("extra_content");
             object.insert("id".to_owned(), Value::String(call.id.clone()));
             object.insert("name".to_owned(), Value::String(call.name.clone()));
             object.insert("input".to_owned(), tool_input(call, at)?);
