@@ -21,6 +21,28 @@ use crate::json::{self, StrictValue};
 
 /// A provider message format: one of the codecs [`Message`] converts to and from.
 ///
+/// # Exporting to another codec
+///
+/// A message exported to the codec it came from is given back as it came. Exported to
+/// another codec, it is translated into valid input for that codec or refused with
+/// [`Error::Conversion`](crate::Error::Conversion) naming the block (its index in `content`
+/// and its type) or field and why; never silently invalid. Between OpenAI Chat and
+/// Anthropic see [`Message::to_openai_chat`] and [`Message::to_anthropic`]. Where the
+/// Responses API or Gemini is one side, a message is reduced to what every codec has:
+///
+/// * text, tool calls (their id, name and arguments) and tool results with text output
+///   (a Gemini `response` object as its JSON text) translate;
+/// * dropped, because they mean nothing to another provider: a Responses item's `id` and
+///   `status` and a message item's `type`; Gemini thought signatures (`thoughtSignature`
+///   / `thought_signature`) and the compatibility mode's `extra_content`; OpenAI Chat
+///   fields that are `null` or empty (`refusal`, `annotations`, ...) and a streamed call's
+///   `index`; Anthropic `citations: null` or `[]` and `caller: {"type": "direct"}`;
+/// * refused: every other block (reasoning and compaction items, hosted tool calls,
+///   thinking, images, files, audio, Gemini thoughts and data parts, unknown blocks), every
+///   other provider field, custom tool calls (except between the two OpenAI APIs), system
+///   messages to Gemini (which takes them apart from the contents), and error results
+///   outside a [`Role::Tool`](crate::Role::Tool) message to the Responses API.
+///
 /// # Examples
 ///
 /// ```

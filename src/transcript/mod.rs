@@ -2,9 +2,11 @@
 //!
 //! A [`Message`] has a [`Role`] and a list of [`ContentBlock`]s: text, a tool call, a tool
 //! result, or any other provider block kept verbatim. Fields a provider sends that the model
-//! does not name are kept in `extra` maps, and [`Message::from_openai_chat`] /
-//! [`Message::from_anthropic`] record the few shape details (a string `content` versus a
-//! list, `null` versus absent) needed to give the provider back exactly what it sent.
+//! does not name are kept in `extra` maps, and the codecs ([`Codec`]: OpenAI Chat, OpenAI
+//! Responses, Anthropic, Gemini) record the few shape details (a string `content` versus a
+//! list, `null` versus absent) needed to give the provider back what it sent. A message
+//! imported from JSON text ([`Message::from_json`]) also keeps that text, and is given back
+//! and stored as it (`exact`, `stored`).
 
 mod anthropic;
 mod depth;
@@ -74,6 +76,34 @@ pub enum Role {
 /// assert_eq!(message.to_openai_chat()?, wire);
 /// # Ok::<(), agent_session::Error>(())
 /// ```
+///
+/// # Exactly, or equal as a value
+///
+/// There are two ways in for each codec, and they keep different things:
+///
+/// * **From JSON text** ([`Message::from_json`], [`Message::from_openai_chat_json`],
+///   [`from_responses_json`](Message::from_responses_json),
+///   [`from_anthropic_json`](Message::from_anthropic_json),
+///   [`from_gemini_json`](Message::from_gemini_json), [`Codec::import`]): the provider's text
+///   is kept and given back byte for byte by the same codec's `to_*_json` (only
+///   insignificant whitespace is removed): object keys in their order, every number as
+///   written (integers beyond 64 bits, long decimals, `-0.0`, `1.0` apart from `1`, `1E3`),
+///   strings, unknown fields and types. It is also what a snapshot stores.
+/// * **From a [`serde_json::Value`]** ([`Message::from_openai_chat`],
+///   [`from_responses`](Message::from_responses), [`from_anthropic`](Message::from_anthropic),
+///   [`from_gemini`](Message::from_gemini)): what the `Value` has already lost is lost.
+///   Without serde_json's `preserve_order` feature (which this crate does not turn on) its
+///   objects are sorted by key; without `arbitrary_precision`, an integer outside the 64-bit
+///   range or any number with a fraction or exponent is an `f64`, so
+///   `18446744073709551616` comes back as `1.8446744073709552e19`, `1.10` as `1.1`, `1E3` as
+///   `1000.0` and `-0` as `-0.0`, and decimals beyond 17 significant digits are rounded. The
+///   message is given back *equal as a value* to the input (the `to_*` methods), strings,
+///   `null` versus absent versus empty, and unknown fields kept; it is stored in the neutral
+///   form.
+///
+/// A message imported from text whose public fields are changed afterwards no longer
+/// matches its text: it is then exported from its fields, and stored in the neutral form,
+/// like one imported from a value.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Message {
@@ -196,6 +226,16 @@ impl Message {
     /// [`ContentBlock::ToolResult`]; text parts become [`ContentBlock::Text`]; every other
     /// part and field is kept verbatim. Tool-call `arguments` strings are kept byte for byte.
     ///
+    /// The legacy forms are read too: an assistant message's `function_call` object becomes
+    /// a tool call, and a `function` message (`{"role": "function", "name", "content"}`) a
+    /// [`Role::Tool`] result. Neither has an id, so both get `<name>-0`: the result answers
+    /// the latest unanswered call of that function, as the legacy API pairs them. The id is
+    /// never sent back, and each is given back in its legacy form.
+    ///
+    /// What the `Value` has already lost (key order, numbers beyond 64 bits or written with
+    /// more digits than an `f64` holds) cannot be given back: see [`Message`] for the text
+    /// entry points that keep it.
+    ///
     /// # Errors
     ///
     /// [`Error::Conversion`] if `message` is not an object, has an unknown role, has
@@ -225,7 +265,8 @@ impl Message {
     ///   are dropped; a `system` message stays a `system` message.
     ///
     /// Block types and fields that are neither provider's known ones are given back
-    /// verbatim and not checked.
+    /// verbatim and not checked. A message from the Responses API or Gemini is translated
+    /// or refused as [`Codec`] says.
     ///
     /// # Errors
     ///
@@ -264,6 +305,10 @@ impl Message {
     /// right after a user turn, never two in a row), which a single message cannot be checked
     /// against. They are kept as they came and given back unchanged.
     ///
+    /// What the `Value` has already lost (key order, numbers beyond 64 bits or written with
+    /// more digits than an `f64` holds) cannot be given back: see [`Message`] for the text
+    /// entry points that keep it.
+    ///
     /// # Errors
     ///
     /// [`Error::Conversion`] if `message` is not an object, has a role other than `user`,
@@ -301,7 +346,8 @@ impl Message {
     ///   call's `index` is dropped.
     ///
     /// Block types and fields that are neither provider's known ones are given back
-    /// verbatim and not checked.
+    /// verbatim and not checked. A message from the Responses API or Gemini is translated
+    /// or refused as [`Codec`] says.
     ///
     /// # Errors
     ///
