@@ -278,3 +278,56 @@ async fn the_session_loop_runs_on_every_codecs_messages() {
         assert_eq!(codec.export(loaded.transcript()).expect("export"), exported);
     }
 }
+
+/// A secret in a message imported from text is redacted in what is stored: the provider's
+/// text, which still holds it, is not written.
+#[test]
+fn redaction_reaches_messages_kept_as_provider_text() {
+    let secret = "sk-abcdefghijklmnopqrstuvwxyz012345";
+    let texts = [
+        (
+            Codec::OpenAiChat,
+            format!(r#"{{"role":"user","content":"my key is {secret}"}}"#),
+        ),
+        (
+            Codec::Gemini,
+            format!(r#"{{"role":"user","parts":[{{"text":"key {secret}"}}]}}"#),
+        ),
+        (
+            Codec::OpenAiResponses,
+            format!(
+                r#"[{{"type":"message","role":"user","content":"x","note":"{secret}"}},{{"role":"user","content":"y"}}]"#
+            ),
+        ),
+    ];
+    for (codec, text) in texts {
+        let message = Message::from_json(codec, &text).expect("import");
+        let snapshot = snapshot_of(vec![message]);
+        let redacted = snapshot.redacted(&agent_session::PatternRedactor::common_secrets());
+        let stored = String::from_utf8(redacted.to_json().expect("encode")).expect("UTF-8");
+        assert!(!stored.contains(secret), "{codec:?}: {stored}");
+        assert!(stored.contains("[REDACTED]"), "{codec:?}: {stored}");
+        // Nothing to redact: the text is kept.
+        let clean = snapshot_of(vec![Message::from_json(
+            codec,
+            &text.replace(secret, "none"),
+        )
+        .expect("import")]);
+        let stored = String::from_utf8(
+            clean
+                .redacted(&agent_session::PatternRedactor::common_secrets())
+                .to_json()
+                .expect("encode"),
+        )
+        .expect("UTF-8");
+        assert!(stored.contains(codec_key(codec)), "{codec:?}: {stored}");
+    }
+}
+
+fn codec_key(codec: Codec) -> &'static str {
+    match codec {
+        Codec::OpenAiChat => r#"{"openai_chat":"#,
+        Codec::Gemini => r#"{"gemini":"#,
+        _ => r#"{"openai_responses":"#,
+    }
+}

@@ -92,7 +92,7 @@ pub enum Role {
 /// * **From a [`serde_json::Value`]** ([`Message::from_openai_chat`],
 ///   [`from_responses`](Message::from_responses), [`from_anthropic`](Message::from_anthropic),
 ///   [`from_gemini`](Message::from_gemini)): what the `Value` has already lost is lost.
-///   Without serde_json's `preserve_order` feature (which this crate does not turn on) its
+///   Without `serde_json`'s `preserve_order` feature (which this crate does not turn on) its
 ///   objects are sorted by key; without `arbitrary_precision`, an integer outside the 64-bit
 ///   range or any number with a fraction or exponent is an `f64`, so
 ///   `18446744073709551616` comes back as `1.8446744073709552e19`, `1.10` as `1.1`, `1E3` as
