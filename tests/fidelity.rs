@@ -167,7 +167,7 @@ fn recorded_transcripts_come_back_exactly_through_save_and_the_journal() {
     assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
 }
 
-/// The crate's own corpus (`tests/fixtures/providers/`, written from the public API
+/// The crate's own corpus (`tests/provider_corpus/`, written from the public API
 /// references of the OpenAI Responses API, Gemini, Gemini's OpenAI compatibility mode and
 /// the OpenAI Chat features the recordings lack) comes back exactly the same ways.
 #[test]

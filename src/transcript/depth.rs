@@ -226,6 +226,26 @@ mod tests {
         let mut with_role = Message::system("x");
         with_role.wire.role = Some(super::super::RoleAlias::Developer);
         messages.push(with_role);
+        // The provider form, a Responses group's layout, a Gemini result's fields.
+        messages.push(
+            Message::from_openai_chat_json(r#"{"role":"user","content":"x","d":[[{"a":[1]}]]}"#)
+                .expect("import"),
+        );
+        let mut group = Message::from_responses(&json!([
+            {"type": "message", "role": "assistant", "id": "m", "content": "a", "x": {"y": [nested(3)]}},
+            {"type": "reasoning", "summary": []}
+        ]))
+        .expect("import");
+        messages.push(group.clone());
+        group.set_items(Some(Vec::new()));
+        messages.push(group);
+        let mut gemini = Message::from_gemini(&json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "f", "response": {}, "parts": [{"k": nested(4)}]}}
+        ]}))
+        .expect("import");
+        messages.push(gemini.clone());
+        gemini.wire.codec = None;
+        messages.push(gemini);
         for message in &messages {
             assert_eq!(message_depth(message), scanned(message), "{message:?}");
         }

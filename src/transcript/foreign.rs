@@ -148,6 +148,19 @@ fn plain_block(
                     format!("the call has the provider field `{key}`, which has no place in {target}; remove it before export"),
                 ));
             }
+            if to == Codec::Anthropic
+                && !call
+                    .id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                // A Gemini id made from a function name with `.` or `:` in it.
+                return Err(block_error(
+                    target,
+                    &at,
+                    "Anthropic tool_use ids take only letters, digits, `_` and `-`; give the call (and its result) such an id before export",
+                ));
+            }
             if call.wire.custom && to != Codec::OpenAiChat && to != Codec::OpenAiResponses {
                 return Err(block_error(
                     target,

@@ -486,6 +486,16 @@ mod tests {
     }
 
     #[test]
+    fn ids_anthropic_cannot_take_are_refused_there() {
+        let call = decode(&json!({"role": "model", "parts": [
+            {"functionCall": {"name": "tools.get_weather", "args": {}}}]}))
+        .unwrap();
+        let err = call.to_anthropic().unwrap_err().to_string();
+        assert!(err.contains("tool_use ids"), "{err}");
+        assert!(call.to_openai_chat().is_ok());
+    }
+
+    #[test]
     fn results_made_in_rust_need_their_tool_name() {
         let made = Message::tool_result(ToolResult::new("get_weather-0", "sunny"));
         assert!(encode(&made, None).is_err());

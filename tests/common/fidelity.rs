@@ -99,14 +99,14 @@ struct Texts<'a> {
     messages: Vec<&'a RawValue>,
 }
 
-/// The crate's own corpus, `tests/fixtures/providers/`: transcripts written from the
+/// The crate's own corpus, `tests/provider_corpus/`: transcripts written from the
 /// providers' public API references (OpenAI Responses, Gemini, the OpenAI Chat features
 /// the recordings lack), in the same form as the recordings.
 #[allow(dead_code)] // not every test binary reads it
 pub fn own_corpus() -> Vec<Recording> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/provider_corpus");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("read tests/fixtures/providers")
+        .expect("read tests/provider_corpus")
         .map(|entry| entry.expect("a directory entry").path())
         .filter(|path| path.extension().is_some_and(|e| e == "json"))
         .collect();
