@@ -19,9 +19,9 @@
 use serde_json::{Map, Value};
 
 use super::{
-    as_object, block_error, conversion, json_kind, openai, take_string, ContentBlock, ContentShape,
-    Message, MessageWire, Role, TextBlock, ToolArguments, ToolCall, ToolCallWire, ToolOutput,
-    ToolResult, ToolResultWire,
+    block_error, conversion, into_object, json_kind, openai, take_string, ContentBlock,
+    ContentShape, Message, MessageWire, Role, TextBlock, ToolArguments, ToolCall, ToolCallWire,
+    ToolOutput, ToolResult, ToolResultWire,
 };
 use crate::error::Result;
 
@@ -108,8 +108,8 @@ pub(super) fn only_block(kind: &str) -> Option<&'static str> {
 pub(super) const IMAGE_MEDIA_TYPES: &[&str] =
     &["image/jpeg", "image/png", "image/gif", "image/webp"];
 
-pub(super) fn decode(message: &Value) -> Result<Message> {
-    let mut object = as_object(message, PROVIDER, "a message")?;
+pub(super) fn decode(message: Value) -> Result<Message> {
+    let mut object = into_object(message, PROVIDER, "a message")?;
     let role = match take_string(&mut object, "role", PROVIDER)?.as_str() {
         // Mid-conversation system messages (the `system` role of `MessageParam`).
         "system" => Role::System,
@@ -169,7 +169,12 @@ fn decode_blocks(blocks: Vec<Value>) -> Result<Vec<ContentBlock>> {
 }
 
 fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
-    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+    let kind = block
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let kind = kind.as_str();
     if kind == "image_url" || openai::only_part(kind).is_some() {
         return Err(block_error(
             PROVIDER,
@@ -179,7 +184,7 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
     }
     match kind {
         "text" if block.get("text").is_some_and(Value::is_string) => {
-            let mut object = as_object(&block, PROVIDER, "a text block")?;
+            let mut object = into_object(block, PROVIDER, "a text block")?;
             object.remove("type");
             let text = take_string(&mut object, "text", PROVIDER)?;
             Ok(ContentBlock::Text(TextBlock {
@@ -187,9 +192,9 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
                 extra: object,
             }))
         }
-        "tool_use" => decode_tool_use(index, &block),
+        "tool_use" => decode_tool_use(index, block),
         "tool_result" => {
-            let mut object = as_object(&block, PROVIDER, "a tool_result block")?;
+            let mut object = into_object(block, PROVIDER, "a tool_result block")?;
             object.remove("type");
             let call_id = take_string(&mut object, "tool_use_id", PROVIDER)?;
             let mut wire = ToolResultWire::default();
@@ -238,8 +243,8 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
     }
 }
 
-fn decode_tool_use(index: usize, block: &Value) -> Result<ContentBlock> {
-    let mut object = as_object(block, PROVIDER, "a tool_use block")?;
+fn decode_tool_use(index: usize, block: Value) -> Result<ContentBlock> {
+    let mut object = into_object(block, PROVIDER, "a tool_use block")?;
     object.remove("type");
     let id = take_string(&mut object, "id", PROVIDER)?;
     let name = take_string(&mut object, "name", PROVIDER)?;
@@ -524,6 +529,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The decoder, on a borrowed value (the tests keep theirs to compare).
+    fn decode(message: &Value) -> Result<Message> {
+        super::decode(message.clone())
+    }
+
     fn round_trip(wire: &Value) -> Message {
         super::super::tests::assert_round_trip(decode, encode, wire)
     }
@@ -571,7 +581,7 @@ mod tests {
 
     #[allow(clippy::needless_pass_by_value)] // callers pass json! literals
     fn from_openai(wire: Value) -> Message {
-        super::super::openai::decode(&wire).unwrap()
+        super::super::openai::decode(wire).unwrap()
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! message whose fields no longer decode from its text loses the text where it enters a
 //! snapshot or a session ([`seal`]), and an export checks the same before it uses the text.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -17,7 +18,7 @@ use serde_json::Value;
 
 use super::{conversion, lexer, ContentBlock, Message, ToolResult};
 use crate::error::Result;
-use crate::json::{self, StrictValue};
+use crate::json;
 
 /// A provider message format: one of the codecs [`Message`] converts to and from.
 ///
@@ -111,14 +112,16 @@ impl Codec {
             .find(|codec| codec.stored_key() == key)
     }
 
-    /// Decodes a provider message given as a JSON value.
-    fn decode(self, message: &Value) -> Result<Message> {
-        match self {
-            Codec::OpenAiChat => Message::from_openai_chat(message),
-            Codec::OpenAiResponses => Message::from_responses(message),
-            Codec::Anthropic => Message::from_anthropic(message),
-            Codec::Gemini => Message::from_gemini(message),
-        }
+    /// Decodes a provider message given as a JSON value (checked text: within the depth
+    /// limits, so no wire depth check is needed before the decoders take it apart).
+    fn decode(self, message: Value) -> Result<Message> {
+        let (name, decoded) = match self {
+            Codec::OpenAiChat => ("openai-chat", super::openai::decode(message)),
+            Codec::OpenAiResponses => ("openai-responses", super::responses::decode(message)),
+            Codec::Anthropic => ("anthropic", super::anthropic::decode(message)),
+            Codec::Gemini => ("gemini", super::gemini::decode(message)),
+        };
+        super::checked_depth(name, decoded?)
     }
 
     /// Encodes the neutral fields of `message` as a JSON value.
@@ -313,8 +316,11 @@ impl Raw {
     /// # Errors
     ///
     /// A description of what is wrong, for the decoder's error.
-    pub(crate) fn decode(codec: Codec, text: &RawValue) -> std::result::Result<Message, String> {
-        import(codec, text.get()).map_err(|e| {
+    pub(crate) fn decode(
+        codec: Codec,
+        text: Box<RawValue>,
+    ) -> std::result::Result<Message, String> {
+        import_keeping(codec, text).map_err(|e| {
             format!(
                 "the message stored as {} provider JSON does not decode: {e}",
                 codec.stored_key()
@@ -325,23 +331,8 @@ impl Raw {
 
 /// Imports `text` with `codec`, keeping the text.
 fn import(codec: Codec, text: &str) -> Result<Message> {
-    let minified = lexer::minify(text, MAX_TEXT_DEPTH).map_err(|e| {
-        conversion(
-            codec.name(),
-            format!("the message is not JSON a stored session can hold: {e}"),
-        )
-    })?;
-    let StrictValue(value) = serde_json::from_str(&minified.text).map_err(|e| {
-        // The text is valid JSON (checked above), so only a number out of the float range
-        // gets here: the neutral fields could not hold it.
-        conversion(
-            codec.name(),
-            format!("the message cannot be read into the neutral fields: {e}"),
-        )
-    })?;
-    let decoded = codec.decode(&value);
-    json::dismantle(value);
-    let mut message = decoded?;
+    let minified = minify(codec, text)?;
+    let mut message = decode_text(codec, &minified.text)?;
     let depth = minified.depth;
     let text = RawValue::from_string(minified.text.into_owned()).map_err(|e| {
         conversion(
@@ -351,6 +342,44 @@ fn import(codec: Codec, text: &str) -> Result<Message> {
     })?;
     message.set_raw(Some(Raw { codec, text, depth }));
     Ok(message)
+}
+
+/// [`import`] for text already held as a `RawValue` (a stored message): the box is kept
+/// as it is when the text is already compact, saving a copy and `serde_json`'s second look.
+fn import_keeping(codec: Codec, text: Box<RawValue>) -> Result<Message> {
+    let minified = minify(codec, text.get())?;
+    let depth = minified.depth;
+    match minified.text {
+        Cow::Borrowed(_) => {
+            let mut message = decode_text(codec, text.get())?;
+            message.set_raw(Some(Raw { codec, text, depth }));
+            Ok(message)
+        }
+        Cow::Owned(_) => import(codec, text.get()),
+    }
+}
+
+fn minify(codec: Codec, text: &str) -> Result<lexer::Minified<'_>> {
+    lexer::minify(text, MAX_TEXT_DEPTH).map_err(|e| {
+        conversion(
+            codec.name(),
+            format!("the message is not JSON a stored session can hold: {e}"),
+        )
+    })
+}
+
+/// The neutral fields of checked, compact text.
+fn decode_text(codec: Codec, text: &str) -> Result<Message> {
+    // Duplicate keys were refused by the lexer, so the plain (faster) decoder reads the same.
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        // The text is valid JSON (checked), so only a number out of the float range gets
+        // here: the neutral fields could not hold it.
+        conversion(
+            codec.name(),
+            format!("the message cannot be read into the neutral fields: {e}"),
+        )
+    })?;
+    codec.decode(value)
 }
 
 impl Message {
@@ -584,12 +613,7 @@ impl Message {
 
 /// Whether `raw` still decodes to exactly the neutral fields of `message`.
 fn raw_is_current(message: &Message, raw: &Raw) -> bool {
-    let Ok(StrictValue(value)) = serde_json::from_str(raw.text.get()) else {
-        return false;
-    };
-    let decoded = raw.codec.decode(&value);
-    json::dismantle(value);
-    let Ok(decoded) = decoded else {
+    let Ok(decoded) = decode_text(raw.codec, raw.text.get()) else {
         return false;
     };
     let current = decoded.role == message.role

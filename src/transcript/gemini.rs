@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::{
-    as_object, block_error, conversion, foreign, json_kind, take_string, Codec, ContentBlock,
+    block_error, conversion, foreign, into_object, json_kind, take_string, Codec, ContentBlock,
     ContentShape, Message, MessageWire, Role, TextBlock, ToolArguments, ToolCall, ToolCallWire,
     ToolOutput, ToolResult, ToolResultWire,
 };
@@ -48,8 +48,8 @@ fn spelled<'a>(
     }
 }
 
-pub(super) fn decode(content: &Value) -> Result<Message> {
-    let mut object = as_object(content, PROVIDER, "a content")?;
+pub(super) fn decode(content: Value) -> Result<Message> {
+    let mut object = into_object(content, PROVIDER, "a content")?;
     let mut wire = MessageWire {
         codec: Some(Codec::Gemini),
         ..MessageWire::default()
@@ -434,6 +434,11 @@ fn encode_result(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The decoder, on a borrowed value (the tests keep theirs to compare).
+    fn decode(message: &Value) -> Result<Message> {
+        super::decode(message.clone())
+    }
 
     fn round_trip(wire: &Value) -> Message {
         super::super::tests::assert_round_trip(decode, |m| encode(m, None), wire)

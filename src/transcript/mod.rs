@@ -247,7 +247,7 @@ impl Message {
     /// such a message with [`Message::from_anthropic`].
     pub fn from_openai_chat(message: &Value) -> Result<Self> {
         check_wire_depth("openai-chat", message)?;
-        checked_depth("openai-chat", openai::decode(message)?)
+        checked_depth("openai-chat", openai::decode(message.clone())?)
     }
 
     /// Converts to OpenAI Chat Completions form. A message that came from
@@ -323,7 +323,7 @@ impl Message {
     /// a message with [`Message::from_openai_chat`].
     pub fn from_anthropic(message: &Value) -> Result<Self> {
         check_wire_depth("anthropic", message)?;
-        checked_depth("anthropic", anthropic::decode(message)?)
+        checked_depth("anthropic", anthropic::decode(message.clone())?)
     }
 
     /// Converts to Anthropic Messages form. A message that came from
@@ -410,7 +410,7 @@ impl Message {
     /// nests deeper than a stored session can hold.
     pub fn from_responses(item: &Value) -> Result<Self> {
         check_wire_depth("openai-responses", item)?;
-        checked_depth("openai-responses", responses::decode(item)?)
+        checked_depth("openai-responses", responses::decode(item.clone())?)
     }
 
     /// Converts to OpenAI Responses items: an object for one item, an array for several
@@ -488,7 +488,7 @@ impl Message {
     /// `name` or an object `response`, or nests deeper than a stored session can hold.
     pub fn from_gemini(content: &Value) -> Result<Self> {
         check_wire_depth("gemini", content)?;
-        checked_depth("gemini", gemini::decode(content)?)
+        checked_depth("gemini", gemini::decode(content.clone())?)
     }
 
     /// Converts to a Gemini `Content`. A message that came from [`Message::from_gemini`] and
@@ -1268,12 +1268,14 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
-fn as_object(value: &Value, provider: &'static str, what: &str) -> Result<Map<String, Value>> {
+/// `value`'s object, moved out (the decoders own what they decode: copying each level as
+/// they went down made decoding a nested message quadratic in its depth).
+fn into_object(value: Value, provider: &'static str, what: &str) -> Result<Map<String, Value>> {
     match value {
-        Value::Object(map) => Ok(map.clone()),
+        Value::Object(map) => Ok(map),
         other => Err(conversion(
             provider,
-            format!("{what} must be a JSON object, found {}", json_kind(other)),
+            format!("{what} must be a JSON object, found {}", json_kind(&other)),
         )),
     }
 }

@@ -18,7 +18,7 @@
 use serde_json::{Map, Value};
 
 use super::{
-    anthropic, as_object, block_error, conversion, json_kind, take_string, ContentBlock,
+    anthropic, block_error, conversion, into_object, json_kind, take_string, ContentBlock,
     ContentShape, ListShape, Message, MessageWire, Role, RoleAlias, TextBlock, ToolArguments,
     ToolCall, ToolCallWire, ToolOutput, ToolResult, ToolResultWire,
 };
@@ -81,8 +81,8 @@ fn decode_role(name: &str) -> Result<(Role, Option<RoleAlias>)> {
     })
 }
 
-pub(super) fn decode(message: &Value) -> Result<Message> {
-    let mut object = as_object(message, PROVIDER, "a message")?;
+pub(super) fn decode(message: Value) -> Result<Message> {
+    let mut object = into_object(message, PROVIDER, "a message")?;
     let role_name = take_string(&mut object, "role", PROVIDER)?;
     if role_name == "function" {
         return decode_function_result(object);
@@ -155,7 +155,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
                 wire.tool_calls = ListShape::Empty;
             }
             for call in calls {
-                content.push(ContentBlock::tool_call(decode_tool_call(&call)?));
+                content.push(ContentBlock::tool_call(decode_tool_call(call)?));
             }
         }
         Some(other) => {
@@ -290,8 +290,8 @@ fn decode_part(index: usize, part: Value) -> Result<ContentBlock> {
     }))
 }
 
-fn decode_tool_call(call: &Value) -> Result<ToolCall> {
-    let mut object = as_object(call, PROVIDER, "a tool call")?;
+fn decode_tool_call(call: Value) -> Result<ToolCall> {
+    let mut object = into_object(call, PROVIDER, "a tool call")?;
     let id = take_string(&mut object, "id", PROVIDER)?;
     if object.contains_key("caller") {
         return Err(conversion(
@@ -322,7 +322,7 @@ fn decode_tool_call(call: &Value) -> Result<ToolCall> {
     let function = object
         .remove(key)
         .ok_or_else(|| conversion(PROVIDER, format!("tool call {id:?} has no `{key}`")))?;
-    let mut function = as_object(&function, PROVIDER, "a tool call's `function` or `custom`")?;
+    let mut function = into_object(function, PROVIDER, "a tool call's `function` or `custom`")?;
     let name = take_string(&mut function, "name", PROVIDER)?;
     let arguments = take_string(&mut function, input, PROVIDER)?;
     wire.function_extra = function;
@@ -749,6 +749,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The decoder, on a borrowed value (the tests keep theirs to compare).
+    fn decode(message: &Value) -> Result<Message> {
+        super::decode(message.clone())
+    }
+
     fn round_trip(wire: &Value) -> Message {
         super::super::tests::assert_round_trip(decode, encode, wire)
     }
@@ -853,7 +858,7 @@ mod tests {
 
     #[allow(clippy::needless_pass_by_value)] // callers pass json! literals
     fn from_anthropic(wire: Value) -> Message {
-        anthropic::decode(&wire).unwrap()
+        anthropic::decode(wire).unwrap()
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use serde_json::{Map, Value};
 
 use super::{
-    as_object, conversion, foreign, json_kind, take_string, Codec, ContentBlock, ContentShape,
+    conversion, foreign, into_object, json_kind, take_string, Codec, ContentBlock, ContentShape,
     ItemShape, Message, MessageWire, Role, RoleAlias, TextBlock, ToolArguments, ToolCall,
     ToolCallWire, ToolOutput, ToolResult, ToolResultWire,
 };
@@ -39,7 +39,7 @@ struct Item {
     message: Option<(Map<String, Value>, ContentShape)>,
 }
 
-pub(super) fn decode(value: &Value) -> Result<Message> {
+pub(super) fn decode(value: Value) -> Result<Message> {
     let mut wire = MessageWire {
         codec: Some(Codec::OpenAiResponses),
         ..MessageWire::default()
@@ -49,7 +49,7 @@ pub(super) fn decode(value: &Value) -> Result<Message> {
             let mut role = None;
             let mut content = Vec::new();
             let mut layout = Vec::with_capacity(items.len());
-            for (index, item) in items.iter().enumerate() {
+            for (index, item) in items.into_iter().enumerate() {
                 let at = format!("item {index}");
                 let decoded = decode_item(item, &at)?;
                 match role {
@@ -99,7 +99,7 @@ pub(super) fn decode(value: &Value) -> Result<Message> {
             message.set_items(Some(layout));
             Ok(message)
         }
-        Value::Object(_) => {
+        value @ Value::Object(_) => {
             let item = decode_item(value, "the item")?;
             wire.role = item.alias;
             let extra = match item.message {
@@ -121,7 +121,7 @@ pub(super) fn decode(value: &Value) -> Result<Message> {
             PROVIDER,
             format!(
                 "an item must be a JSON object (or a group of items, a JSON array), found {}",
-                json_kind(other)
+                json_kind(&other)
             ),
         )),
     }
@@ -159,8 +159,8 @@ fn is_output_type(kind: &str) -> bool {
     kind.ends_with("_output") || kind == "mcp_approval_response"
 }
 
-fn decode_item(item: &Value, at: &str) -> Result<Item> {
-    let mut object = as_object(item, PROVIDER, at)?;
+fn decode_item(item: Value, at: &str) -> Result<Item> {
+    let mut object = into_object(item, PROVIDER, at)?;
     let kind = item_type(&object, at)?.to_owned();
     let at = format!("{at} ({kind})");
     match kind.as_str() {
@@ -601,6 +601,11 @@ fn encode_plain(message: &Message) -> Result<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The decoder, on a borrowed value (the tests keep theirs to compare).
+    fn decode(message: &Value) -> Result<Message> {
+        super::decode(message.clone())
+    }
 
     fn round_trip(wire: &Value) -> Message {
         super::super::tests::assert_round_trip(decode, encode, wire)

@@ -93,7 +93,7 @@ impl<'de> Visitor<'de> for MessageVisitor {
                     other.as_str()
                 )));
             }
-            return Raw::decode(codec, &text).map_err(de::Error::custom);
+            return Raw::decode(codec, text).map_err(de::Error::custom);
         }
         let neutral = Neutral::deserialize(de::value::MapAccessDeserializer::new(Replay {
             first: Some(first),
