@@ -637,10 +637,11 @@ impl SessionSnapshot {
     /// ```
     pub fn with_appended(
         mut self,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
         usage: Vec<Usage>,
         updated_at: DateTime<Utc>,
     ) -> Result<Self> {
+        crate::transcript::seal(&mut messages);
         let offset = self.transcript.len();
         if let Err(e) = check_depths(&self.id, offset, &messages, None) {
             messages.into_iter().for_each(dismantle_message);

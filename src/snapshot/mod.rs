@@ -644,7 +644,8 @@ impl SnapshotBuilder {
     /// time lies in the future ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)), or
     /// [`interrupted`](Self::interrupted) or [`interrupted_at`](Self::interrupted_at) names
     /// a call the transcript does not have.
-    pub fn build(self) -> Result<SessionSnapshot> {
+    pub fn build(mut self) -> Result<SessionSnapshot> {
+        crate::transcript::seal(&mut self.transcript);
         let now = Utc::now();
         for (field, at) in [
             ("created_at", self.created_at),
