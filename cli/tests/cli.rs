@@ -2415,7 +2415,8 @@ fn help_documents_the_lifecycle_commands() {
         "--to-message <I>",
         "[default: 1]",
         "usage of the dropped turns stays counted",
-        "cannot be undone",
+        "it can be undone",
+        "sessions restore",
         "/undo",
     ] {
         assert!(rewind_help.contains(needle), "{needle:?}:\n{rewind_help}");
