@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use agent_session::{
-    BlockPosition, ContentBlock, History, HistoryStats, Message, Revision, RevisionInfo, Role,
-    SessionList, SessionSnapshot, Standing, ToolArguments, ToolCallStatus, ToolOutput,
+    BlockPosition, ContentBlock, HistoryStats, Message, Revision, RevisionInfo, Role, SessionList,
+    SessionSnapshot, Standing, ToolArguments, ToolCallStatus, ToolOutput,
 };
 
 /// Longest title shown in a listing, in characters.
@@ -276,15 +276,26 @@ pub fn revision_table(revisions: &[RevisionInfo]) -> String {
     out
 }
 
+/// A message of a session's history as `sessions history --messages` lists it.
+pub struct HistoryRow {
+    /// The message.
+    pub message: Message,
+    /// The revision that saved it.
+    pub added_at: Revision,
+    /// Where it stands at the head.
+    pub standing: Standing,
+}
+
 /// Every message of a session's kept history, oldest first, one line each: the revision
-/// that saved it, where it stands now, its role and the start of its text.
-pub fn history_messages(history: &History) -> String {
-    let width = history.revision.to_string().len().max(5);
+/// that saved it, where it stands now, its role and the start of its text. `head` is the
+/// head revision (for the column's width).
+pub fn history_messages(rows: &[HistoryRow], head: Revision) -> String {
+    let width = head.to_string().len().max(5);
     let mut out = format!(
         "{:>width$}  {:<16}  {:<9}  MESSAGE\n",
         "SAVED", "STANDING", "ROLE"
     );
-    for entry in &history.messages {
+    for entry in rows {
         let standing = match entry.standing {
             Standing::InView { index } => format!("in view #{index}"),
             Standing::Rewound { revision } => format!("rewound at {revision}"),

@@ -2,11 +2,13 @@
 //! it (an append-only log, one revision per save), a look at any kept revision, going back
 //! to one, and compaction that keeps what it replaces.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use agent_session::{
-    CompactionPolicy, Compactor, Error, Harness, Revision, SessionId, SessionStore,
+    CompactionPolicy, Compactor, Error, Harness, History, Revision, SessionId, SessionStore,
+    Standing,
 };
 
 use crate::compaction::{self, LocalCompactor, ModelCompactor, Writer};
@@ -122,20 +124,59 @@ pub fn history(store: &dyn SessionStore, id: &SessionId, messages: bool) -> Resu
     print!("{}", display::revision_table(&revisions));
     if messages {
         let history = store.history(id).map_err(|e| failure(e, id, None))?;
-        let in_view = history
-            .messages
-            .iter()
-            .filter(|m| m.standing.is_in_view())
-            .count();
+        let rows = history_rows(store, id, &history)?;
+        let in_view = rows.iter().filter(|row| row.standing.is_in_view()).count();
         println!();
         println!(
             "{} in the history since revision {}, {in_view} in the view:",
-            counted(history.messages.len(), "message"),
+            counted(rows.len(), "message"),
             history.oldest_revision
         );
-        print!("{}", display::history_messages(&history));
+        print!("{}", display::history_messages(&rows, history.revision));
     }
     Ok(())
+}
+
+/// The messages of `history`, with the view's messages it leaves out put back.
+///
+/// Workaround for the library (b467cb4): `SessionStore::history` leaves out the messages
+/// of the oldest kept revision (the checkpoint) whenever the view starts with all of them
+/// (its fold hands the checkpoint's messages to the view in one piece, and the history
+/// then finds none to list): a session that only ever grew lists only what was added
+/// after its first save. Those are the first messages of the view, saved at the oldest
+/// revision; they are taken from the head. Does nothing once the library lists them.
+fn history_rows(
+    store: &dyn SessionStore,
+    id: &SessionId,
+    history: &History,
+) -> Result<Vec<display::HistoryRow>, Failure> {
+    let listed: HashSet<usize> = history
+        .messages
+        .iter()
+        .filter_map(|m| match m.standing {
+            Standing::InView { index } => Some(index),
+            _ => None,
+        })
+        .collect();
+    let mut rows = Vec::with_capacity(history.messages.len());
+    let head = store.load(id).map_err(|e| failure(e, id, None))?;
+    if head.revision() == history.revision && listed.len() < head.transcript().len() {
+        for (index, message) in head.transcript().iter().enumerate() {
+            if !listed.contains(&index) {
+                rows.push(display::HistoryRow {
+                    message: message.clone(),
+                    added_at: history.oldest_revision,
+                    standing: Standing::InView { index },
+                });
+            }
+        }
+    }
+    rows.extend(history.messages.iter().map(|m| display::HistoryRow {
+        message: m.message.clone(),
+        added_at: m.added_at,
+        standing: m.standing,
+    }));
+    Ok(rows)
 }
 
 /// `sessions show ID --at REV`: the session exactly as it was at that revision.
