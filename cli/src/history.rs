@@ -216,7 +216,16 @@ pub fn restore(
         .map_err(|e| failure(e, id, Some("restored")))?;
     // The view before and after this restore's own revision, as the store keeps them (so
     // they are exact even if another process saved the session just before).
-    let after_list = store.revisions(id).unwrap_or_default();
+    let after_list = match store.revisions(id) {
+        Ok(list) => list,
+        Err(e) => {
+            println!(
+                "restored session {id} to revision {revision}, now revision {restored} (its revisions could not be read back: {})",
+                chain(&e)
+            );
+            return Ok(());
+        }
+    };
     let length = |at: Revision| {
         after_list
             .iter()
