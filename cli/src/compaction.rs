@@ -6,11 +6,11 @@
 use std::fmt::Write as _;
 
 use agent_session::{
-    BoxError, BoxFuture, Compaction, CompactionRequest, Compactor, ContentBlock, Message, Role,
-    ToolArguments, ToolOutput,
+    BoxError, BoxFuture, Compaction, CompactionRequest, Compactor, CompletionRequest, ContentBlock,
+    Message, Role, ToolArguments, ToolOutput,
 };
 
-use crate::http::{HttpEngine, Request};
+use crate::http::HttpEngine;
 
 /// How many characters of a line the local summary keeps.
 const LOCAL_LINE_WIDTH: usize = 100;
@@ -122,12 +122,10 @@ impl Compactor for ModelCompactor {
             }))?;
             let completion = self
                 .engine
-                .ask(Request {
-                    model: &model,
-                    system_prompt: Some(SUMMARY_PROMPT),
-                    transcript: std::slice::from_ref(&ask),
-                    tools: &[],
-                })
+                .ask(
+                    CompletionRequest::new(request.session_id, &model, std::slice::from_ref(&ask))
+                        .with_system_prompt(SUMMARY_PROMPT),
+                )
                 .await?;
             let text = completion.message.text();
             let text = text.trim();

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_session::{
-    BoxError, Completion, CompletionRequest, Cost, Engine, Message, ToolDefinition, Usage,
-};
+use agent_session::{BoxError, Completion, CompletionRequest, Cost, Engine, Message, Usage};
 use serde_json::{json, Value};
 
 /// The model used when neither `AGENT_SESSION_MODEL` nor `OPENAI_MODEL` is set.
@@ -92,7 +90,7 @@ impl HttpEngine {
         self.config.model.as_deref()
     }
 
-    fn request_body(request: &Request<'_>) -> Result<String, BoxError> {
+    fn request_body(request: &CompletionRequest<'_>) -> Result<String, BoxError> {
         let mut messages = Vec::with_capacity(request.transcript.len() + 1);
         if let Some(system) = request.system_prompt {
             messages.push(json!({"role": "system", "content": system}));
@@ -144,7 +142,7 @@ impl HttpEngine {
 impl HttpEngine {
     /// One completion of `request`: the assistant's message and its usage. The agent
     /// loop's [`Engine::complete`], and the summary call of `sessions compact`.
-    pub async fn ask(&self, request: Request<'_>) -> Result<Completion, BoxError> {
+    pub async fn ask(&self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
         let body = Self::request_body(&request)?;
         let url = format!(
             "{}/chat/completions",
@@ -176,28 +174,9 @@ impl HttpEngine {
     }
 }
 
-/// What [`HttpEngine::ask`] sends: the parts of a [`CompletionRequest`] it uses (which
-/// only the library can build).
-pub struct Request<'a> {
-    /// The model to ask.
-    pub model: &'a str,
-    /// Sent first, as a `system` message.
-    pub system_prompt: Option<&'a str>,
-    /// The conversation.
-    pub transcript: &'a [Message],
-    /// The tools the model may call.
-    pub tools: &'a [ToolDefinition],
-}
-
 impl Engine for HttpEngine {
     async fn complete(&mut self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
-        self.ask(Request {
-            model: request.model,
-            system_prompt: request.system_prompt,
-            transcript: request.transcript,
-            tools: request.tools,
-        })
-        .await
+        self.ask(request).await
     }
 }
 
