@@ -266,7 +266,9 @@ impl SessionSnapshot {
             })
     }
 
-    /// What this snapshot is known to share with a stored revision.
+    /// What this snapshot is known to share with a stored revision (the PostgreSQL store
+    /// reads it; the file store works from the log's own state).
+    #[cfg(feature = "postgres")]
     pub(crate) fn provenance(&self) -> Option<&Provenance> {
         self.provenance.as_ref()
     }

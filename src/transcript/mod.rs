@@ -1096,6 +1096,43 @@ impl Message {
     pub(crate) fn has_no_hints(&self) -> bool {
         self.wire == MessageWire::default() && self.items().is_none()
     }
+
+    /// Whether the message uses anything schema version 3 added: the provider form (its
+    /// provider's text), or a shape hint of the codecs added with it. A document of an
+    /// earlier version cannot hold such a message.
+    pub(crate) fn uses_schema_3(&self) -> bool {
+        self.raw().is_some()
+            || self.items().is_some()
+            || self.wire.codec.is_some()
+            || self.wire.role_absent
+            || self.content.iter().any(|block| match block {
+                ContentBlock::ToolCall(call) => {
+                    call.wire.legacy_function
+                        || call.wire.id_synthetic
+                        || call.wire.snake_case
+                        || call.wire.arguments_absent
+                }
+                ContentBlock::ToolResult(result) => {
+                    result.wire.custom
+                        || result.wire.name.is_some()
+                        || result.wire.id_synthetic
+                        || result.wire.response_json
+                        || result.wire.snake_case
+                        || !result.wire.function_extra.is_empty()
+                }
+                _ => false,
+            })
+    }
+
+    /// Whether the message uses anything schema version 2 added: the role alias `model`
+    /// or a custom tool call.
+    pub(crate) fn uses_schema_2(&self) -> bool {
+        self.wire.role == Some(RoleAlias::Model)
+            || self
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolCall(call) if call.wire.custom))
+    }
 }
 
 impl RareWire {
