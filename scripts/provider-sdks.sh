@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# The official provider SDKs (Python `openai` and `anthropic`, with their pydantic models) in
-# a virtual environment, for tests/provider_sdks.rs, which checks that the messages the
-# crate exports validate against the SDKs' own request types.
+# The official provider SDKs (Python `openai`, `anthropic` and `google-genai`, with their
+# pydantic models) in a virtual environment, for tests/provider_sdks.rs, which checks that
+# the messages the crate exports validate against the SDKs' own request types.
 #
 # Sourced (not run) by scripts/test:
 #
@@ -16,7 +16,7 @@
 #
 # The versions are pinned so that a new SDK release cannot fail the suite by itself; raise
 # them on purpose, together, and read what changed in their request types.
-PROVIDER_SDKS_PACKAGES=(openai==3.57.0 anthropic==2.15.0 pydantic==2.14.4)
+PROVIDER_SDKS_PACKAGES=(openai==3.57.0 anthropic==2.15.0 google-genai==3.6.1 pydantic==2.14.4)
 
 provider_sdks__log() {
     printf '%s: %s\n' "${PG_SERVER_PROG:-${0##*/}}" "$*" >&2

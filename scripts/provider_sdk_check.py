@@ -5,10 +5,11 @@ Usage:  provider_sdk_check.py MESSAGES.jsonl
 
 Each line of MESSAGES.jsonl is {"api": API, "label": TEXT, "message": {...}}, where API is
 "openai-chat" (openai.types.chat.ChatCompletionMessageParam), "openai-responses"
-(openai.types.responses.ResponseInputItemParam) or "anthropic"
-(anthropic.types.MessageParam). Every message is validated with pydantic against that
-type, with fields the type does not declare refused; the SDKs declare lists as
-`Iterable`, which pydantic checks lazily, so the result is walked whole to force every
+(openai.types.responses.ResponseInputItemParam; a list is a group of items, each checked),
+"anthropic" (anthropic.types.MessageParam) or "gemini" (google.genai.types.Content, a
+pydantic model that accepts both key spellings). Every message is validated with pydantic
+against that type, with fields the type does not declare refused; the SDKs declare lists
+as `Iterable`, which pydantic checks lazily, so the result is walked whole to force every
 item's check.
 
 Prints one JSON line per message that does not validate ({"label", "api", "error"}) and a
@@ -24,6 +25,8 @@ import anthropic
 import openai
 import pydantic
 from anthropic.types import MessageParam
+from google import genai
+from google.genai import types as genai_types
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseInputItemParam
 
@@ -34,6 +37,8 @@ ADAPTERS = {
     "openai-chat": pydantic.TypeAdapter(ChatCompletionMessageParam, config=STRICT),
     "openai-responses": pydantic.TypeAdapter(ResponseInputItemParam, config=STRICT),
     "anthropic": pydantic.TypeAdapter(MessageParam, config=STRICT),
+    # A model class whose config already refuses undeclared fields (extra="forbid").
+    "gemini": pydantic.TypeAdapter(genai_types.Content),
 }
 
 
@@ -62,8 +67,12 @@ def main() -> int:
                 print(f"line {number}: not a case ({e!r})", file=sys.stderr)
                 return 2
             checked += 1
+            message = case["message"]
+            # A Responses group (a response's output) is a list of input items.
+            items = message if case["api"] == "openai-responses" and isinstance(message, list) else [message]
             try:
-                walk(adapter.validate_python(case["message"]))
+                for item in items:
+                    walk(adapter.validate_python(item))
             except pydantic.ValidationError as e:
                 invalid += 1
                 first = e.errors()[:3]
@@ -78,6 +87,7 @@ def main() -> int:
         "versions": {
             "openai": openai.__version__,
             "anthropic": anthropic.__version__,
+            "google-genai": genai.__version__,
             "pydantic": pydantic.VERSION,
         },
     }))

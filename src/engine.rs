@@ -44,6 +44,50 @@ pub struct CompletionRequest<'a> {
     pub tools: &'a [ToolDefinition],
 }
 
+impl<'a> CompletionRequest<'a> {
+    /// A request for `model` to continue `transcript`, with no system prompt and no
+    /// tools: what an engine's own tests, or a harness calling an engine outside a
+    /// [`Session`](crate::Session), build (the session builds its requests itself).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{CompletionRequest, Message, SessionId};
+    ///
+    /// let id = SessionId::parse("s-1").unwrap();
+    /// let transcript = [Message::user("hello")];
+    /// let request = CompletionRequest::new(&id, "claude-sonnet-4", &transcript)
+    ///     .with_system_prompt("Be brief.");
+    /// assert_eq!(request.system_prompt, Some("Be brief."));
+    /// assert!(request.tools.is_empty());
+    /// ```
+    #[must_use]
+    pub fn new(session_id: &'a SessionId, model: &'a str, transcript: &'a [Message]) -> Self {
+        CompletionRequest {
+            session_id,
+            model,
+            system_prompt: None,
+            transcript,
+            tools: &[],
+        }
+    }
+
+    /// The same request with `system_prompt`.
+    #[must_use]
+    pub fn with_system_prompt(self, system_prompt: &'a str) -> Self {
+        CompletionRequest {
+            system_prompt: Some(system_prompt),
+            ..self
+        }
+    }
+
+    /// The same request offering `tools`.
+    #[must_use]
+    pub fn with_tools(self, tools: &'a [ToolDefinition]) -> Self {
+        CompletionRequest { tools, ..self }
+    }
+}
+
 /// The engine's answer: one assistant message and what it cost.
 ///
 /// # Examples

@@ -150,7 +150,7 @@ pub use store::{
     SessionPage, SessionStore, SessionSummary, StoredVersion, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 pub use transcript::{
-    ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,
+    Codec, ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,
 };
 pub use usage::{Cost, Usage, UsageTotals};
 

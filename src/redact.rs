@@ -296,7 +296,19 @@ pub(crate) fn redact_map(redactor: &dyn Redactor, map: &mut Map<String, Value>) 
 /// names and roles are kept so tool calls stay paired with their results. Returns whether
 /// anything changed.
 pub(crate) fn redact_message(redactor: &dyn Redactor, message: &mut Message) -> bool {
-    redact_map(redactor, &mut message.extra) | redact_blocks(redactor, &mut message.content)
+    let mut changed =
+        redact_map(redactor, &mut message.extra) | redact_blocks(redactor, &mut message.content);
+    if let Some(items) = message.rare.as_mut().and_then(|rare| rare.items.as_mut()) {
+        for envelope in items.iter_mut().filter_map(|item| item.message.as_mut()) {
+            changed |= redact_map(redactor, envelope);
+        }
+    }
+    if changed {
+        // The provider's text still holds what was redacted: the message is stored in the
+        // neutral form, from the redacted fields, instead.
+        message.set_raw(None);
+    }
+    changed
 }
 
 fn redact_blocks(redactor: &dyn Redactor, blocks: &mut [ContentBlock]) -> bool {
@@ -320,7 +332,9 @@ fn redact_blocks(redactor: &dyn Redactor, blocks: &mut [ContentBlock]) -> bool {
                     ToolOutput::Text(text) => redact_string(redactor, text),
                     ToolOutput::Blocks(blocks) => redact_blocks(redactor, blocks),
                 };
-                output | redact_map(redactor, &mut result.extra)
+                output
+                    | redact_map(redactor, &mut result.extra)
+                    | redact_map(redactor, &mut result.wire.function_extra)
             }
             // A signed block (thinking) must come back byte for byte or the provider
             // rejects the conversation, and a redacted-thinking block is opaque.

@@ -963,7 +963,8 @@ impl<E> Session<E> {
 
     /// Refuses a message the caller sends that the loop must add itself (tool messages,
     /// calls and results) or that nests too deep to store.
-    fn check_sent(&self, message: Message) -> Result<Message> {
+    fn check_sent(&self, mut message: Message) -> Result<Message> {
+        crate::transcript::seal_one(&mut message);
         if message.role == Role::Tool
             || message
                 .content
@@ -993,7 +994,8 @@ impl<E> Session<E> {
     /// load accepts) refuses the whole completion, and a message the transcript cannot hold
     /// is refused (its usage is kept: the provider charged for it, and cost must never be
     /// under-reported).
-    fn accept(&mut self, completion: Completion) -> Result<Message> {
+    fn accept(&mut self, mut completion: Completion) -> Result<Message> {
+        crate::transcript::seal_one(&mut completion.message);
         let Some(totals) = self.totals.checked_add(&completion.usage) else {
             let usage = &completion.usage;
             let source = format!(

@@ -573,3 +573,262 @@ fn custom_tool_calls_round_trip_and_are_refused_for_anthropic() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Every codec to every other, the new ones included
+
+/// Responses item types a request may hold that are not checked field by field.
+const RESPONSES_OTHER_ITEMS: &[&str] = &[
+    "reasoning",
+    "compaction",
+    "item_reference",
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "computer_call",
+    "computer_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "mcp_call",
+];
+
+/// A Responses input item (or a group of them, an array).
+fn check_responses(wire: &Value) -> Result<(), String> {
+    let items = match wire {
+        Value::Array(items) => items.iter().collect(),
+        item => vec![item],
+    };
+    for item in items {
+        let item = object(item, "an item")?;
+        let kind = match item.get("type") {
+            None => "message",
+            Some(kind) => kind.as_str().ok_or("`type` is not a string")?,
+        };
+        match kind {
+            "message" => {
+                only_keys(
+                    item,
+                    &["type", "role", "content", "id", "status"],
+                    "a message item",
+                )?;
+                let role = string(item, "role", "a message item")?;
+                let parts: &[&str] = match role {
+                    "assistant" => &["output_text", "refusal"],
+                    "user" | "system" | "developer" => &["input_text", "input_image", "input_file"],
+                    other => return Err(format!("message role {other:?}")),
+                };
+                match item.get("content") {
+                    Some(Value::String(_)) => {}
+                    Some(Value::Array(list)) => {
+                        for part in list {
+                            let part = object(part, "a part")?;
+                            let kind = string(part, "type", "a part")?;
+                            if !parts.contains(&kind) {
+                                return Err(format!("part type {kind:?} in a {role} message"));
+                            }
+                        }
+                    }
+                    _ => return Err("a message item needs string or list content".to_owned()),
+                }
+            }
+            "function_call" | "custom_tool_call" => {
+                let input = if kind == "function_call" {
+                    "arguments"
+                } else {
+                    "input"
+                };
+                only_keys(
+                    item,
+                    &[
+                        "type",
+                        "id",
+                        "call_id",
+                        "name",
+                        input,
+                        "status",
+                        "namespace",
+                    ],
+                    kind,
+                )?;
+                for key in ["call_id", "name", input] {
+                    string(item, key, kind)?;
+                }
+            }
+            "function_call_output" | "custom_tool_call_output" => {
+                only_keys(item, &["type", "id", "call_id", "output", "status"], kind)?;
+                string(item, "call_id", kind)?;
+                match item.get("output") {
+                    Some(Value::String(_)) => {}
+                    Some(Value::Array(parts)) => {
+                        for part in parts {
+                            let part = object(part, "an output part")?;
+                            let kind = string(part, "type", "an output part")?;
+                            if !["input_text", "input_image", "input_file"].contains(&kind) {
+                                return Err(format!("output part type {kind:?}"));
+                            }
+                        }
+                    }
+                    _ => return Err(format!("{kind} needs a string or list `output`")),
+                }
+            }
+            other if RESPONSES_OTHER_ITEMS.contains(&other) => {}
+            other => return Err(format!("item type {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// Gemini part keys holding data (exactly one per part), and metadata keys.
+const GEMINI_DATA: &[&str] = &[
+    "text",
+    "inlineData",
+    "inline_data",
+    "fileData",
+    "file_data",
+    "functionCall",
+    "function_call",
+    "functionResponse",
+    "function_response",
+    "executableCode",
+    "executable_code",
+    "codeExecutionResult",
+    "code_execution_result",
+];
+const GEMINI_METADATA: &[&str] = &[
+    "thought",
+    "thoughtSignature",
+    "thought_signature",
+    "partMetadata",
+    "part_metadata",
+    "videoMetadata",
+    "video_metadata",
+    "mediaResolution",
+    "media_resolution",
+];
+
+/// A Gemini `Content`.
+fn check_gemini(wire: &Value) -> Result<(), String> {
+    let content = object(wire, "a content")?;
+    only_keys(content, &["role", "parts"], "a content")?;
+    if let Some(role) = content.get("role") {
+        if role != "user" && role != "model" {
+            return Err(format!("role {role}"));
+        }
+    }
+    for part in content
+        .get("parts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let part = object(part, "a part")?;
+        let data: Vec<&String> = part
+            .keys()
+            .filter(|k| GEMINI_DATA.contains(&k.as_str()))
+            .collect();
+        if data.len() != 1 {
+            return Err(format!("a part needs one data field, found {data:?}"));
+        }
+        if let Some(key) = part
+            .keys()
+            .find(|k| !GEMINI_DATA.contains(&k.as_str()) && !GEMINI_METADATA.contains(&k.as_str()))
+        {
+            return Err(format!("part field `{key}`"));
+        }
+        match data[0].as_str() {
+            "text" => {
+                part["text"].as_str().ok_or("text is not a string")?;
+            }
+            "functionCall" | "function_call" => {
+                let call = object(&part[data[0].as_str()], "a function call")?;
+                string(call, "name", "a function call")?;
+                if call.get("args").is_some_and(|a| !a.is_object()) {
+                    return Err("args is not an object".to_owned());
+                }
+            }
+            "functionResponse" | "function_response" => {
+                let response = object(&part[data[0].as_str()], "a function response")?;
+                string(response, "name", "a function response")?;
+                object(&response["response"], "a function response's response")?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_codec(codec: agent_session::Codec, text: &str) -> Result<(), String> {
+    let wire: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    match codec {
+        agent_session::Codec::OpenAiChat => check_openai(&wire),
+        agent_session::Codec::Anthropic => check_anthropic(&wire),
+        agent_session::Codec::OpenAiResponses => check_responses(&wire),
+        _ => check_gemini(&wire),
+    }
+}
+
+/// Every message of the recordings and of the crate's own corpus (Responses, Gemini, ...),
+/// imported from its text and put through the stored form, exported to every other codec:
+/// the result is valid for that codec or a conversion error naming it. To its own codec it
+/// is never refused.
+#[test]
+fn every_message_exports_to_every_codec_validly_or_is_refused() {
+    use agent_session::Codec;
+    let mut corpus = fidelity_support::own_corpus();
+    corpus.extend(recordings().unwrap_or_default());
+    let mut counts: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    let mut invalid = Vec::new();
+    for recording in &corpus {
+        for (i, text) in recording.texts.iter().enumerate() {
+            let imported = Message::from_json(recording.codec(), text).expect("imports");
+            let stored: Message =
+                serde_json::from_str(&serde_json::to_string(&imported).expect("serialize"))
+                    .expect("deserialize");
+            for target in Codec::ALL {
+                let entry = counts
+                    .entry((
+                        recording.codec().name().to_owned(),
+                        target.name().to_owned(),
+                    ))
+                    .or_default();
+                match stored.to_json(target) {
+                    // Given back to its own provider exactly as it came (tests/fidelity.rs).
+                    Ok(_) if target == recording.codec() => entry.0 += 1,
+                    Ok(wire) => match check_codec(target, &wire) {
+                        Ok(()) => entry.0 += 1,
+                        Err(problem) => invalid.push(format!(
+                            "{}[{i}] -> {}: {problem}\n  {wire}",
+                            recording.name,
+                            target.name()
+                        )),
+                    },
+                    Err(Error::Conversion { provider, .. }) => {
+                        assert_eq!(provider, target.name(), "{}[{i}]", recording.name);
+                        entry.1 += 1;
+                    }
+                    Err(other) => panic!("{}[{i}]: an untyped refusal {other:?}", recording.name),
+                }
+            }
+        }
+    }
+    for ((from, to), (valid, refused)) in &counts {
+        eprintln!("{from} -> {to}: {valid} valid, {refused} refused");
+    }
+    assert!(
+        invalid.is_empty(),
+        "invalid exports:\n{}",
+        invalid.join("\n")
+    );
+    // Each pair of codecs translates something.
+    for ((from, to), (valid, _)) in &counts {
+        assert!(*valid > 0, "{from} -> {to}: nothing translated");
+    }
+}

@@ -490,6 +490,36 @@ fn edited_history_at_the_stored_revision_is_appended_and_the_history_keeps_the_o
 // The log: never folded
 // ---------------------------------------------------------------------------------------
 
+/// Regression: a history whose head view holds the first save's messages, all of them in
+/// order, listed none of them (the checkpoint's messages were taken out whole, and then
+/// counted as none).
+#[test]
+fn the_history_of_a_session_saved_once_lists_its_messages() {
+    let (_tmp, dir) = store_dir();
+    let store = open(&dir);
+    let id = sid("saved-once");
+    let stored = save(&store, built(&id, 2, TURN));
+    for history in [
+        store.history(&id).expect("history"),
+        open(&dir).history(&id).expect("history in a fresh store"),
+    ] {
+        let listed: Vec<&Message> = history.messages.iter().map(|m| &m.message).collect();
+        let expected: Vec<&Message> = stored.transcript().iter().collect();
+        assert_eq!(listed, expected);
+        for (index, message) in history.messages.iter().enumerate() {
+            assert_eq!(message.standing, agent_session::Standing::InView { index });
+            assert_eq!(message.added_at, stored.revision());
+        }
+    }
+    let memory = agent_session::MemorySessionStore::new();
+    let saved = built(&id, 2, TURN);
+    memory.save(&saved).expect("save to memory");
+    assert_eq!(
+        memory.history(&id).expect("history").messages.len(),
+        saved.transcript().len()
+    );
+}
+
 #[test]
 fn every_save_appends_and_every_revision_stays_loadable() {
     let (_tmp, dir) = store_dir();

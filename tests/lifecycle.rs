@@ -949,14 +949,15 @@ fn hostile_session_lines_are_refused_as_a_whole() {
     assert_refused_by_validation("a record of a result that is gone", &dangling, 1);
 
     // A snapshot of a schema this release does not know.
-    let v3 = reseal(&with_json_line(&valid, 2, |snapshot| {
-        snapshot["schema_version"] = json!(3);
+    let newer = u64::from(agent_session::SCHEMA_VERSION) + 1;
+    let unknown = reseal(&with_json_line(&valid, 2, |snapshot| {
+        snapshot["schema_version"] = json!(newer);
     }));
-    let case = "a snapshot of schema version 3";
-    let err = assert_refused_by_validation(case, &v3, 1);
+    let case = "a snapshot of a later schema version";
+    let err = assert_refused_by_validation(case, &unknown, 1);
     let source = session_error(case, &err);
     assert!(
-        matches!(source, Error::UnsupportedSchemaVersion { found: 3, .. }),
+        matches!(source, Error::UnsupportedSchemaVersion { found, .. } if *found == newer),
         "{source:?}"
     );
 

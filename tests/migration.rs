@@ -99,9 +99,8 @@ fn the_oldest_version_read_is_not_newer_than_the_current_and_every_version_betwe
 }
 
 #[test]
-fn schema_versions_0_3_and_u64_max_are_unsupported_and_name_the_version() {
+fn schema_versions_0_the_next_one_and_u64_max_are_unsupported_and_name_the_version() {
     let newer = u64::from(SCHEMA_VERSION) + 1;
-    assert_eq!(newer, 3, "update this test's name when the schema moves on");
     for version in [0, newer, u64::MAX] {
         // From a version 1 file, a current one, and a current one with a field that no
         // version has: the version is checked first, whatever the rest holds.

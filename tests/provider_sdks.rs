@@ -34,10 +34,10 @@ mod check {
     use std::io::Write;
     use std::path::{Path, PathBuf};
 
-    use super::fidelity_support::{export, import, other, recordings, Recording};
+    use super::fidelity_support::{export, import, other, own_corpus, recordings, Recording};
     use std::process::Command;
 
-    use agent_session::{ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult};
+    use agent_session::{Codec, ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult};
     use serde_json::{json, Value};
 
     /// One message to check: which request type, what it is, and its JSON.
@@ -145,7 +145,8 @@ mod check {
 
     /// The negative control: what the exports were before they were checked (Anthropic
     /// `input: ""`, a thinking block in OpenAI content, an OpenAI field on an Anthropic
-    /// message, an `image_url` part sent to Anthropic) is refused by the check, each one.
+    /// message, an `image_url` part sent to Anthropic), and invalid Gemini and Responses
+    /// messages, are refused by the check, each one.
     #[test]
     fn the_check_refuses_the_invalid_exports_it_is_there_to_catch() {
         let invalid = [
@@ -168,6 +169,18 @@ mod check {
                 json!({"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}),
             ),
+            // An Anthropic field on a Gemini part, and a Responses group one of whose items
+            // lacks its call id.
+            (
+                "gemini",
+                json!({"role": "model", "parts": [
+                    {"functionCall": {"name": "f", "args": {}}, "caller": {"type": "direct"}}]}),
+            ),
+            (
+                "openai-responses",
+                json!([{"role": "assistant", "content": "ok"},
+                    {"type": "function_call", "name": "f", "arguments": "{}"}]),
+            ),
         ];
         let cases: Vec<Case> = invalid
             .iter()
@@ -188,6 +201,84 @@ mod check {
         assert_eq!(last["invalid"], json!(invalid.len()), "{stdout}");
     }
 
+    /// Every message of the recordings and of the crate's own corpus, exported.
+    fn corpus_cases(recordings: &[Recording], cases: &mut Vec<Case>, refused: &mut Vec<String>) {
+        // Every message of the recordings and of the crate's own corpus (Responses, Gemini,
+        // Gemini's OpenAI compatibility mode, legacy Chat), imported from its text, exported
+        // to every other codec where the export succeeds; and the own corpus's Responses
+        // and Gemini messages back to their own codec (but the deliberately unknown item
+        // type, which no SDK declares).
+        let mut corpus = own_corpus();
+        corpus.extend(recordings.iter().cloned());
+        for recording in &corpus {
+            let from = recording.codec();
+            for (i, text) in recording.texts.iter().enumerate() {
+                let message = Message::from_json(from, text)
+                    .unwrap_or_else(|e| panic!("{} message {i}: {e}", recording.name));
+                for to in Codec::ALL {
+                    let own = to == from;
+                    if own
+                        && (!matches!(from, Codec::OpenAiResponses | Codec::Gemini)
+                            || text.contains("hologram"))
+                    {
+                        continue;
+                    }
+                    match message.to_json(to) {
+                        Ok(exported) => cases.push(Case {
+                            api: to.name(),
+                            label: format!(
+                                "{} message {i}, exported to {}",
+                                recording.name,
+                                to.name()
+                            ),
+                            message: serde_json::from_str(&exported).expect("JSON"),
+                        }),
+                        Err(e) if !own => {
+                            refused.push(format!(
+                                "{} message {i} to {}: {e}",
+                                recording.name,
+                                to.name()
+                            ));
+                        }
+                        Err(e) => panic!("{} message {i}: {e}", recording.name),
+                    }
+                }
+            }
+        }
+    }
+
+    /// A transcript built with the crate's constructors, exported to the new codecs.
+    fn built_transcript_cases(cases: &mut Vec<Case>) {
+        // What the crate's own constructors build, as a session's transcript, exports to
+        // the new codecs (Gemini needs the transcript to name a result's function).
+        let transcript = vec![
+            Message::user("Read both files."),
+            Message::assistant(vec![
+                ContentBlock::text("Reading."),
+                ContentBlock::tool_call(ToolCall::new("c1", "read_file", json!({"path": "a.rs"}))),
+                ContentBlock::tool_call(ToolCall::with_raw_arguments(
+                    "c2",
+                    "read_file",
+                    "{\"path\": \"b.rs\"}",
+                )),
+            ]),
+            Message::tool_result(ToolResult::new("c1", "fn a() {}")),
+            Message::tool_result(ToolResult::error("c2", "no such file")),
+            Message::assistant(vec![ContentBlock::text("One of them is missing.")]),
+        ];
+        for to in [Codec::OpenAiResponses, Codec::Gemini] {
+            let exported: Vec<Value> =
+                serde_json::from_str(&to.export(&transcript).expect("export")).expect("JSON");
+            for (i, message) in exported.into_iter().enumerate() {
+                cases.push(Case {
+                    api: to.name(),
+                    label: format!("a built transcript's item {i}, exported to {}", to.name()),
+                    message,
+                });
+            }
+        }
+    }
+
     #[test]
     fn exported_messages_validate_against_the_official_sdk_types() {
         let mut cases = Vec::new();
@@ -198,6 +289,7 @@ mod check {
             provider,
             api,
             messages,
+            ..
         } in &recordings
         {
             for (i, wire) in messages.iter().enumerate() {
@@ -232,6 +324,8 @@ mod check {
                 .and_then(|m| m.to_openai_chat())
                 .expect("a custom call round-trips"),
         });
+        corpus_cases(&recordings, &mut cases, &mut refused);
+        built_transcript_cases(&mut cases);
         // What the crate's own constructors build exports to both providers.
         let built = built();
         for (what, message) in &built {

@@ -331,3 +331,97 @@ fn rewind_through_the_store_keeps_usage_and_records_and_counts_the_revision() {
     assert!(empty.transcript().is_empty());
     assert_eq!(empty.revision(), Revision::from_u64(3));
 }
+
+/// `FileSessionStore::restore` appends one entry naming the revision, the same few bytes
+/// whatever the session's length, without touching the base; the restored state loads in
+/// a fresh store and lists right; a revision the store does not keep is refused with every
+/// byte unchanged. Restores in a store that never read the session (a fresh process) and
+/// in one that just restored it (the lengths it keeps) store the same.
+#[test]
+fn a_restore_is_one_small_append_however_long_the_session() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("sessions");
+    let store = FileSessionStore::open(&root).expect("open");
+    let mut grew = Vec::new();
+    for (name, turns) in [("short", 5), ("long", 500)] {
+        let snapshot = conversation(name, turns);
+        let id = snapshot.id().clone();
+        let first = store.save(&snapshot).expect("save");
+        store.rewind(&id, RewindTo::LastTurns(2)).expect("rewind");
+        let base = std::fs::read(store.path_of(&id)).expect("base");
+        let size =
+            |store: &FileSessionStore| store.stored_bytes(&id).expect("size").expect("known");
+
+        // In a fresh store (which reads the entries' heads once), then in the same one.
+        let fresh = FileSessionStore::open(&root).expect("open again");
+        let before = size(&fresh);
+        let restored = fresh.restore(&id, first).expect("restore in a fresh store");
+        assert_eq!(restored, Revision::from_u64(3));
+        let cold = size(&fresh) - before;
+        let rewound = fresh.rewind(&id, RewindTo::LastTurns(1)).expect("rewind");
+        let before = size(&fresh);
+        let again = fresh.restore(&id, first).expect("restore again");
+        assert_eq!(again, rewound.revision().next());
+        let hot = size(&fresh) - before;
+        assert_eq!(cold, hot, "{name}: the same entry, cold or hot");
+        assert_eq!(
+            std::fs::read(store.path_of(&id)).expect("base"),
+            base,
+            "{name}: the base is not rewritten"
+        );
+        grew.push(hot);
+
+        // What loads is the first revision's view, usage kept, at the new revision.
+        let loaded = open_fresh(&root).load(&id).expect("load");
+        assert_eq!(loaded.revision(), again);
+        assert_eq!(loaded.transcript(), snapshot.transcript());
+        assert_eq!(loaded.usage(), snapshot.usage());
+        let listed = open_fresh(&root)
+            .list()
+            .expect("list")
+            .sessions
+            .into_iter()
+            .find(|s| s.id == id)
+            .expect("listed");
+        assert_eq!(listed.revision, again);
+        assert_eq!(listed.message_count, 2 * turns);
+        assert_eq!(listed.history.restores, 2);
+        let revisions = open_fresh(&root).revisions(&id).expect("revisions");
+        let last = revisions.last().expect("a revision");
+        assert_eq!(last.restored_from, Some(first));
+        assert_eq!(last.messages, 2 * turns);
+
+        // A revision the store does not keep: refused, nothing written.
+        let bytes = store_bytes(&root);
+        for (store, what) in [
+            (&fresh, "this store"),
+            (&open_fresh(&root), "a fresh store"),
+        ] {
+            let err = store
+                .restore(&id, Revision::from_u64(99))
+                .expect_err("no revision 99");
+            assert!(
+                matches!(&err, Error::RevisionNotFound { revision, newest, .. }
+                    if *revision == Revision::from_u64(99) && *newest == again),
+                "{what}: {err:?}"
+            );
+            assert!(err.is_not_found(), "{what}");
+        }
+        assert_eq!(store_bytes(&root), bytes, "{name}: a refused restore wrote");
+        let missing = fresh
+            .restore(&sid("missing"), first)
+            .expect_err("no such session");
+        assert!(missing.is_not_found());
+    }
+    let (short, long) = (grew[0], grew[1]);
+    println!("a restore stored {short} bytes onto 10 messages, {long} onto 1,000");
+    assert!(
+        long <= short + 32,
+        "onto 1,000 messages {long} bytes, onto 10 {short}: not independent of the length"
+    );
+}
+
+/// A store opened anew on `root`, as another process would.
+fn open_fresh(root: &Path) -> FileSessionStore {
+    FileSessionStore::open(root).expect("open")
+}

@@ -688,7 +688,7 @@ fn out_of_range_numbers_are_malformed() {
 
 #[test]
 fn unknown_schema_versions_are_unsupported_and_name_the_version() {
-    for version in [0u64, 3, 999, u64::MAX] {
+    for version in [0u64, u64::from(SCHEMA_VERSION) + 1, 999, u64::MAX] {
         for with_new_fields in [false, true] {
             let mut value = base_value();
             value["schema_version"] = json!(version);
@@ -737,9 +737,11 @@ fn unknown_schema_versions_are_unsupported_and_name_the_version() {
         }
     }
     // A newer version with nothing else recognisable still says "newer version".
-    let err = decode(br#"{"schema_version":3}"#, "bare v3").expect_err("bare v3");
+    let newer = u64::from(SCHEMA_VERSION) + 1;
+    let bare = format!(r#"{{"schema_version":{newer}}}"#);
+    let err = decode(bare.as_bytes(), "bare newer version").expect_err("bare newer version");
     assert!(
-        matches!(err, Error::UnsupportedSchemaVersion { found: 3, .. }),
+        matches!(err, Error::UnsupportedSchemaVersion { found, .. } if found == newer),
         "{err:?}"
     );
     // A missing or mistyped version is just malformed.
@@ -1202,7 +1204,7 @@ fn unsupported_version_in_a_store_names_the_version_and_the_path() {
     let store = FileSessionStore::open(tmp.path()).expect("open");
     let id = base_snapshot().id().clone();
     let path = store.path_of(&id);
-    for version in [0u64, 3, 999] {
+    for version in [0u64, u64::from(SCHEMA_VERSION) + 1, 999] {
         let mut value = base_value();
         value["schema_version"] = json!(version);
         support::write_private(&path, &to_bytes(&value));
@@ -1229,7 +1231,7 @@ fn save_never_replaces_a_file_of_another_schema_version() {
     let store = FileSessionStore::open(tmp.path()).expect("open");
     let id = base_snapshot().id().clone();
     let path = store.path_of(&id);
-    for version in [0u64, 3, 999] {
+    for version in [0u64, u64::from(SCHEMA_VERSION) + 1, 999] {
         let mut value = base_value();
         value["schema_version"] = json!(version);
         value["revision"] = json!(4);
@@ -1382,10 +1384,61 @@ fn golden_fixture_set_of_every_version_is_complete() {
             );
         }
     }
-    // The current version's files use what it added: a fork's lineage.
+    // The current version's files use what versions 2 and 3 added: a fork's lineage,
+    // messages kept as provider JSON text, and wire hints.
     assert!(golden::cases(SCHEMA_VERSION)
         .iter()
         .any(|(_, snapshot)| snapshot.lineage().is_some()));
+    let exact =
+        String::from_utf8(golden::read(SCHEMA_VERSION, "exact_provider_messages")).expect("UTF-8");
+    for key in ["openai_chat", "anthropic", "openai_responses", "gemini"] {
+        assert!(exact.contains(&format!("\"{key}\": ")), "{key}");
+    }
+    let hinted =
+        String::from_utf8(golden::read(SCHEMA_VERSION, "provider_wire_hints")).expect("UTF-8");
+    for hint in ["legacy_function", "snake_case", "id_synthetic", "custom"] {
+        assert!(hinted.contains(&format!("\"{hint}\"")), "{hint}");
+    }
+}
+
+#[test]
+fn golden_provider_messages_of_version_3_come_back_byte_for_byte() {
+    for version in golden::versions_on_disk().into_iter().filter(|v| *v >= 3) {
+        let what = format!("v{version}/exact_provider_messages");
+        let snapshot = decode(&golden::read(version, "exact_provider_messages"), &what)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let wire = golden::exact_wire();
+        assert_eq!(snapshot.transcript().len(), wire.len(), "{what}");
+        for (message, (codec, text)) in snapshot.transcript().iter().zip(&wire) {
+            assert_eq!(&message.to_json(*codec).expect("export"), text, "{what}");
+        }
+        // Through a file store and a fresh process's store too.
+        let tmp = tempfile::tempdir().expect("temp dir");
+        FileSessionStore::open(tmp.path())
+            .expect("open")
+            .save(&snapshot.clone().with_revision(Revision::NEW))
+            .expect("save");
+        let loaded = FileSessionStore::open(tmp.path())
+            .expect("open again")
+            .load(snapshot.id())
+            .expect("load");
+        for (message, (codec, text)) in loaded.transcript().iter().zip(&wire) {
+            assert_eq!(&message.to_json(*codec).expect("export"), text, "{what}");
+        }
+
+        let what = format!("v{version}/provider_wire_hints");
+        let snapshot = decode(&golden::read(version, "provider_wire_hints"), &what)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let wire = golden::hinted_wire();
+        assert_eq!(snapshot.transcript().len(), wire.len(), "{what}");
+        for (message, (codec, value)) in snapshot.transcript().iter().zip(&wire) {
+            assert_eq!(
+                &golden::to_wire(*codec, message).expect("export"),
+                value,
+                "{what}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -2104,7 +2157,7 @@ mod support {
                 serde_json::to_vec(&v).expect("json")
             }),
         ];
-        for version in [0u64, 3, 999] {
+        for version in [0u64, u64::from(agent_session::SCHEMA_VERSION) + 1, 999] {
             let mut v = base_value();
             v["schema_version"] = json!(version);
             corpus.push((

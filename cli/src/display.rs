@@ -1,19 +1,41 @@
-//! Listings and transcripts, as printed by `sessions list`, `sessions show` and `/sessions`,
-//! and the escaping of everything else the agent prints that it did not write itself.
+//! Listings, transcripts and histories, as printed by `sessions list`, `sessions show`,
+//! `sessions history` and `/sessions`, and the escaping of everything else the agent
+//! prints that it did not write itself.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use agent_session::{
-    BlockPosition, ContentBlock, Role, SessionList, SessionSnapshot, ToolArguments, ToolCallStatus,
-    ToolOutput,
+    BlockPosition, ContentBlock, HistoryStats, Message, Revision, RevisionInfo, Role, SessionList,
+    SessionSnapshot, Standing, ToolArguments, ToolCallStatus, ToolOutput,
 };
 
 /// Longest title shown in a listing, in characters.
 const TITLE_WIDTH: usize = 50;
 
-/// The table of readable sessions, newest first (the order the store gives). After the
+/// Longest message shown in a line of `sessions history --messages`, in characters.
+const PREVIEW_WIDTH: usize = 72;
+
+/// The HIST column of a listing: what the session's kept history holds beyond its view,
+/// one letter each: `R` rewound, `C` compacted, `S` an earlier revision restored; empty
+/// for a session whose view is all that was said.
+pub fn history_marker(stats: &HistoryStats) -> String {
+    let mut marker = String::new();
+    for (count, letter) in [
+        (stats.rewinds, 'R'),
+        (stats.compactions, 'C'),
+        (stats.restores, 'S'),
+    ] {
+        if count > 0 {
+            marker.push(letter);
+        }
+    }
+    marker
+}
+
+/// The table of readable sessions, newest first (the order the store gives). HIST marks
+/// a session whose history holds more than its view ([`history_marker`]). After the
 /// title: `[archived]` for an archived session, `[updated in the future: …]` for one whose
 /// time is later than the clock allows (listed last), `[fork of PARENT@N]` for a fork that
 /// started with the first N messages of PARENT.
@@ -26,8 +48,8 @@ pub fn session_table(list: &SessionList) -> String {
         .unwrap_or(0)
         .max(2);
     let mut out = format!(
-        "{:<id_width$}  {:<19}  {:>5}  {:>12}  TITLE\n",
-        "ID", "UPDATED (UTC)", "MSGS", "COST"
+        "{:<id_width$}  {:<19}  {:>5}  {:>12}  {:<4}  TITLE\n",
+        "ID", "UPDATED (UTC)", "MSGS", "COST", "HIST"
     );
     for s in &list.sessions {
         let title = s.title.as_deref().unwrap_or("(untitled)");
@@ -55,19 +77,32 @@ pub fn session_table(list: &SessionList) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<id_width$}  {:<19}  {:>5}  {:>12}  {shown}",
+            "{:<id_width$}  {:<19}  {:>5}  {:>12}  {:<4}  {shown}",
             s.id.as_str(),
             s.updated_at.format("%Y-%m-%d %H:%M:%S"),
             s.message_count,
             s.cost.to_string(),
+            history_marker(&s.history),
         );
     }
     out
 }
 
+/// Which state of a session [`transcript`] prints.
+#[derive(Clone, Copy)]
+pub enum Shown {
+    /// The head (`sessions show ID`): the header says what its history holds beyond it.
+    Head,
+    /// An earlier revision (`sessions show ID --at REV`), with the head's revision.
+    Past {
+        /// The session's head revision.
+        head: Revision,
+    },
+}
+
 /// A whole session: a header, then the transcript with each tool call followed directly by
 /// its result.
-pub fn transcript(snapshot: &SessionSnapshot) -> String {
+pub fn transcript(snapshot: &SessionSnapshot, shown: Shown) -> String {
     let totals = snapshot.totals();
     let options = snapshot.options();
     let mut out = String::new();
@@ -99,6 +134,7 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
             lineage.forked_at.format("%Y-%m-%d %H:%M:%S UTC"),
         );
     }
+    push_state(&mut out, snapshot, shown);
     if let Some(system) = &options.system_prompt {
         push_block(&mut out, "system", system);
     }
@@ -160,6 +196,175 @@ pub fn transcript(snapshot: &SessionSnapshot) -> String {
         }
     }
     out
+}
+
+/// The header line saying which state [`transcript`] prints: an earlier revision (and
+/// how to make it the head again), or for the head what its history holds beyond it.
+fn push_state(out: &mut String, snapshot: &SessionSnapshot, shown: Shown) {
+    match shown {
+        Shown::Past { head } if head != snapshot.revision() => {
+            let _ = writeln!(
+                out,
+                "  as it was at revision {}; the head is revision {head} (`sessions restore {} {}` makes this state the head again)",
+                snapshot.revision(),
+                snapshot.id(),
+                snapshot.revision(),
+            );
+        }
+        Shown::Past { .. } => {
+            let _ = writeln!(out, "  revision {} is the head", snapshot.revision());
+        }
+        Shown::Head => {
+            let stats = snapshot.history_stats();
+            if stats.was_edited() {
+                let edits: Vec<String> = [
+                    (stats.rewinds, "rewound"),
+                    (stats.compactions, "compacted"),
+                    (stats.restores, "restored"),
+                ]
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| times(n, what))
+                .collect();
+                let _ = writeln!(
+                    out,
+                    "  history: {} (`sessions history {}` lists its revisions)",
+                    edits.join(", "),
+                    snapshot.id()
+                );
+            }
+        }
+    }
+}
+
+/// `rewound 2 times`, `compacted once`.
+fn times(n: u64, what: &str) -> String {
+    match n {
+        1 => format!("{what} once"),
+        n => format!("{what} {n} times"),
+    }
+}
+
+/// The revisions of `sessions history`, oldest first: each one's number, time, kind of
+/// change and view length, and for a restore the revision it went back to.
+pub fn revision_table(revisions: &[RevisionInfo]) -> String {
+    let head = revisions.last().map(|r| r.revision);
+    let width = head.map_or(0, |r| r.to_string().len()).max(3);
+    let mut out = format!(
+        "{:>width$}  {:<19}  {:<10}  {:>5}  NOTE\n",
+        "REV", "SAVED (UTC)", "KIND", "MSGS"
+    );
+    for info in revisions {
+        let mut notes = Vec::new();
+        if let Some(from) = info.restored_from {
+            notes.push(format!("restored revision {from}"));
+        }
+        if Some(info.revision) == head {
+            notes.push("the head".to_owned());
+        }
+        let line = format!(
+            "{:>width$}  {:<19}  {:<10}  {:>5}  {}",
+            info.revision.as_u64(),
+            info.updated_at.format("%Y-%m-%d %H:%M:%S"),
+            info.kind.as_str(),
+            info.messages,
+            notes.join(", ")
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A message of a session's history as `sessions history --messages` lists it.
+pub struct HistoryRow {
+    /// The message.
+    pub message: Message,
+    /// The revision that saved it.
+    pub added_at: Revision,
+    /// Where it stands at the head.
+    pub standing: Standing,
+}
+
+/// Every message of a session's kept history, oldest first, one line each: the revision
+/// that saved it, where it stands now, its role and the start of its text. `head` is the
+/// head revision (for the column's width).
+pub fn history_messages(rows: &[HistoryRow], head: Revision) -> String {
+    let width = head.to_string().len().max(5);
+    let mut out = format!(
+        "{:>width$}  {:<16}  {:<9}  MESSAGE\n",
+        "SAVED", "STANDING", "ROLE"
+    );
+    for entry in rows {
+        let standing = match entry.standing {
+            Standing::InView { index } => format!("in view #{index}"),
+            Standing::Rewound { revision } => format!("rewound at {revision}"),
+            Standing::Compacted { revision } => format!("compacted at {revision}"),
+            Standing::Replaced { revision } => format!("replaced at {revision}"),
+            other => other
+                .removed_at()
+                .map_or_else(|| "in view".to_owned(), |r| format!("removed at {r}")),
+        };
+        let role = match entry.message.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        let _ = writeln!(
+            out,
+            "{:>width$}  {standing:<16}  {role:<9}  {}",
+            entry.added_at.as_u64(),
+            preview(&entry.message)
+        );
+    }
+    out
+}
+
+/// A message on one line: its text's first line, tool calls and results in brackets, cut
+/// to [`PREVIEW_WIDTH`] characters, control characters escaped.
+fn preview(message: &Message) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut more = false;
+    for block in &message.content {
+        let (part, rest) = match block {
+            ContentBlock::Text(text) => first_line(&text.text),
+            ContentBlock::ToolCall(call) => {
+                let arguments = match &call.arguments {
+                    ToolArguments::Text(text) => text.clone(),
+                    ToolArguments::Json(value) => value.to_string(),
+                };
+                first_line(&format!(
+                    "[tool call {}] {} {arguments}",
+                    call.id, call.name
+                ))
+            }
+            ContentBlock::ToolResult(result) => {
+                let output = match &result.output {
+                    ToolOutput::Text(text) => text.clone(),
+                    ToolOutput::Blocks(blocks) => format!("({} content blocks)", blocks.len()),
+                };
+                let status = if result.is_error { " error" } else { "" };
+                first_line(&format!("[result{status} {}] {output}", result.call_id))
+            }
+            _ => ("[a provider-specific block]".to_owned(), false),
+        };
+        more |= rest;
+        parts.push(part);
+    }
+    let joined = parts.join(" ");
+    let mut shown: String = joined.chars().take(PREVIEW_WIDTH).collect();
+    if more || joined.chars().count() > PREVIEW_WIDTH {
+        shown.push('…');
+    }
+    escape_controls(&shown, Keep::Nothing).into_owned()
+}
+
+/// The first non-empty line of `text`, and whether there is more after it.
+fn first_line(text: &str) -> (String, bool) {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default().to_owned();
+    (first, lines.next().is_some())
 }
 
 /// `who> text`, with continuation lines indented under the text, and control characters

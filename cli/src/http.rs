@@ -139,8 +139,10 @@ impl HttpEngine {
     }
 }
 
-impl Engine for HttpEngine {
-    async fn complete(&mut self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+impl HttpEngine {
+    /// One completion of `request`: the assistant's message and its usage. The agent
+    /// loop's [`Engine::complete`], and the summary call of `sessions compact`.
+    pub async fn ask(&self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
         let body = Self::request_body(&request)?;
         let url = format!(
             "{}/chat/completions",
@@ -169,6 +171,12 @@ impl Engine for HttpEngine {
         let message = Message::from_openai_chat(message)?;
         let usage = self.usage(&response, request.model);
         Ok(Completion::new(message, usage))
+    }
+}
+
+impl Engine for HttpEngine {
+    async fn complete(&mut self, request: CompletionRequest<'_>) -> Result<Completion, BoxError> {
+        self.ask(request).await
     }
 }
 

@@ -1,5 +1,6 @@
 //! `sessions fork|rewind|archive|unarchive|prune|export|import`: what happens to sessions
-//! after their turns: branching, undoing, hiding, retention and moving them between stores.
+//! after their turns: branching, undoing, hiding, retention and moving them between stores
+//! (going back in a session's history is `history.rs`).
 
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -57,13 +58,16 @@ again; the usage of the dropped turns stays counted (they were paid for).
 A point between a tool call and its result is refused, naming the nearest points that
 are allowed, and so is one before the start or past the end: nothing is changed then.
 
-A rewind cannot be undone, and it erases nothing: no load returns the dropped messages,
-but the store's earlier bytes hold them until the session is next written whole (delete
-the session to get rid of a secret). Fork the session first to keep a copy:
-  agent-session sessions fork 0190c3e2-... --as before-rewind
-  agent-session sessions rewind 0190c3e2-... --turns 2
+A rewind erases nothing, and it can be undone: it is a new revision of the session, and
+the dropped messages stay in its history (`sessions history ID --messages` lists them).
+`sessions restore ID REV` with the revision before the rewind (the command says which)
+makes them the head again:
+  agent-session sessions rewind 0190c3e2-... --turns 2     now revision 9
+  agent-session sessions restore 0190c3e2-... 8            the two turns are back
+To get rid of a secret, delete the session: a rewind keeps it in the store.
 
-In `chat`, /undo [N] does the same to the session being chatted in.";
+In `chat`, /undo [N] does the same to the session being chatted in, and /restore REV
+undoes it.";
 
 /// `--turns`: a whole number of turns, at least 1 (0 would drop nothing).
 pub fn parse_turns(text: &str) -> Result<usize, String> {
@@ -228,11 +232,16 @@ pub fn rewind(store: &dyn SessionStore, id: &SessionId, to: RewindTo) -> Result<
     let own_save = revision == before.revision().next()
         && kept < before.transcript().len()
         && before.transcript()[..kept] == *rewound.transcript();
+    let mut undo = String::new();
     if own_save {
         let dropped = before.transcript().get(kept..).unwrap_or_default();
         println!(
             "rewound session {id} ({to}), now revision {revision}: {}",
             rewind_summary(dropped, kept)
+        );
+        undo = format!(
+            "; `sessions restore {id} {}` undoes the rewind",
+            before.revision()
         );
     } else {
         // Saved by someone else between the two loads: the rewind applied to their
@@ -244,7 +253,7 @@ pub fn rewind(store: &dyn SessionStore, id: &SessionId, to: RewindTo) -> Result<
         );
     }
     eprintln!(
-        "the usage of the dropped messages stays counted; continue the session with --resume {id}"
+        "the usage of the dropped messages stays counted, and they stay in the session's history{undo}; continue the session with --resume {id}"
     );
     Ok(())
 }

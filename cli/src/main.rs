@@ -7,6 +7,9 @@
 //! agent-session chat --resume <ID>
 //! agent-session sessions fork <ID> --at turn:1
 //! agent-session sessions rewind <ID> --turns 1
+//! agent-session sessions history <ID>
+//! agent-session sessions restore <ID> <REV>
+//! agent-session sessions compact <ID> --keep-turns 2
 //! agent-session sessions prune --max-age 30d --dry-run
 //! agent-session sessions export <ID> -o backup.jsonl
 //! ```
@@ -36,7 +39,20 @@
 //! drops its last N turns (1 without an option), `--to-message I` keeps its first I
 //! messages; a point between a tool call and its result is refused, naming the valid
 //! ones, and the dropped messages' usage stays counted. In `chat`, `/undo [N]` does the
-//! same to the live session. `sessions archive ID` hides a session from `sessions list` and
+//! same to the live session.
+//!
+//! Every save is a revision the store keeps (the library's history log): `sessions
+//! history ID` lists them (time, kind of change, view length; `--messages` every message
+//! with where it stands: in view, rewound, compacted or replaced), `sessions show ID --at
+//! REV` prints the session as it was at one, and `sessions restore ID REV` makes that
+//! state the head again as a new revision, which undoes a rewind or a compaction (in
+//! `chat`, `/restore REV`; `/history` lists the revisions). `sessions compact ID
+//! [--keep-turns N]` replaces the view's beginning by a summary, written by the model
+//! with the OpenAI-compatible engine, or offline by a local compactor (the first line of
+//! each prompt and answer); what it replaced stays in the history. `sessions list` marks
+//! in its HIST column the sessions rewound (R), compacted (C) or restored (S).
+//!
+//! `sessions archive ID` hides a session from `sessions list` and
 //! `--continue` (it still resumes by id; `--archived` and `--all` list it). `sessions prune`
 //! deletes sessions past `--max-age`, beyond `--max-count` or over `--max-bytes` (with
 //! `--dry-run` it only says which). `sessions export ID... -o FILE` writes a private (0600)
@@ -85,7 +101,9 @@
 //! error (1) before the command does anything; `--schema` with a folder store is a usage
 //! error.
 
+mod compaction;
 mod display;
+mod history;
 mod http;
 mod lifecycle;
 mod scripted;
@@ -99,14 +117,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_session::{
-    Autosave, BoxError, Completion, CompletionRequest, Engine, Error, ErrorKind, ForkAt, Harness,
-    ListCursor, ListScope, Message, PrunePolicy, RewindTo, Role, Session, SessionId, SessionList,
-    SessionOptions, SessionPage, StopReason,
+    Autosave, BoxError, CompactionPolicy, Completion, CompletionRequest, Engine, Error, ErrorKind,
+    ForkAt, Harness, ListCursor, ListScope, Message, PrunePolicy, Revision, RewindTo, Role,
+    Session, SessionId, SessionList, SessionOptions, SessionPage, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::display::{escape_controls, Keep};
+use crate::display::{escape_controls, Keep, Shown};
 use crate::http::{HttpConfig, HttpEngine};
 use crate::scripted::ScriptedEngine;
 use crate::store::{Store, StoreAt, StoreSpec};
@@ -130,6 +148,10 @@ Examples:
   agent-session sessions show 0190c3e2-...                the transcript, tool calls with results
   agent-session sessions fork 0190c3e2-... --at turn:2    a new session with its first 2 turns
   agent-session sessions rewind 0190c3e2-...              drop its last turn (--turns N, --to-message I)
+  agent-session sessions history 0190c3e2-...             its revisions (--messages: every message)
+  agent-session sessions show 0190c3e2-... --at 6         the session as it was at revision 6
+  agent-session sessions restore 0190c3e2-... 6           make revision 6 the head again (undo a rewind)
+  agent-session sessions compact 0190c3e2-...             summarise all but its last 2 turns
   agent-session sessions archive 0190c3e2-...             hide it from the list (still resumes)
   agent-session sessions list --all                       archived sessions too
   agent-session sessions prune --max-age 30d --dry-run    what pruning would delete
@@ -156,6 +178,14 @@ Environment:
   OPENAI_BASE_URL                        its endpoint [default: https://api.openai.com/v1]
   AGENT_SESSION_MODEL, OPENAI_MODEL      its model [default: gpt-4o-mini]
   AGENT_SESSION_PRICES=IN,OUT            dollars per million input/output tokens";
+
+const LIST_HELP: &str = "\
+HIST says what a session's history holds beyond its view (what the model is sent), one
+letter each: R it was rewound, C compacted, S an earlier revision was restored. The
+messages taken out stay in the history: `sessions history ID` lists its revisions.
+
+Other marks after the title: [archived], [fork of PARENT@N] (a fork that started with
+the first N messages of PARENT), [updated in the future: ...] (a clock was ahead).";
 
 const MIGRATE_HELP: &str = "\
 A PostgreSQL store (--store postgres://...) is used only once its tables exist: run this
@@ -218,7 +248,7 @@ enum EngineChoice {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Chat interactively: one prompt per line; /undo [N] drops the last turns, /sessions lists sessions, /exit (or EOF) leaves
+    /// Chat interactively: one prompt per line; /undo [N] drops the last turns, /restore REV goes back to a revision, /history lists them, /sessions lists sessions, /exit (or EOF) leaves
     Chat {
         #[command(flatten)]
         resume: ResumeArgs,
@@ -237,7 +267,7 @@ enum Command {
         /// A text file with one prompt per line
         file: PathBuf,
     },
-    /// List, show, fork, rewind, archive, prune, export, import or delete saved sessions (and migrate a PostgreSQL store)
+    /// List, show, fork, rewind, restore, compact, archive, prune, export, import or delete saved sessions, see their history (and migrate a PostgreSQL store)
     #[command(subcommand)]
     Sessions(SessionsCommand),
 }
@@ -255,7 +285,8 @@ struct ResumeArgs {
 
 #[derive(Subcommand)]
 enum SessionsCommand {
-    /// Saved sessions, newest first: id, last update, messages, cost, title (and a fork's parent)
+    /// Saved sessions, newest first: id, last update, messages, cost, history marks, title (and a fork's parent)
+    #[command(after_help = LIST_HELP)]
     List {
         /// Show at most N sessions; the command to see the next ones is printed on stderr
         #[arg(long, value_name = "N")]
@@ -270,10 +301,40 @@ enum SessionsCommand {
         #[arg(long)]
         all: bool,
     },
-    /// A session's transcript, each tool call shown with its result
+    /// A session's transcript, each tool call shown with its result (--at REV: as it was at that revision)
     Show {
         /// The session id
         id: String,
+        /// Show the session exactly as it was at revision REV (`sessions history ID` lists them)
+        #[arg(long, value_name = "REV", value_parser = history::parse_revision)]
+        at: Option<Revision>,
+    },
+    /// A session's revisions: when each was saved, what it changed, how long the view was
+    #[command(after_help = history::HISTORY_HELP)]
+    History {
+        /// The session id
+        id: String,
+        /// Also list every message of the history, with where it stands (in view, rewound, compacted, replaced)
+        #[arg(long)]
+        messages: bool,
+    },
+    /// Make an earlier revision's state the head again, as a new revision (undoes a rewind or a compaction)
+    #[command(after_help = history::RESTORE_HELP)]
+    Restore {
+        /// The session id
+        id: String,
+        /// The revision to go back to (`sessions history ID` lists them)
+        #[arg(value_name = "REV", value_parser = history::parse_revision)]
+        revision: Revision,
+    },
+    /// Replace the beginning of a session's view by a summary; what it replaces stays in the history
+    #[command(after_help = history::COMPACT_HELP)]
+    Compact {
+        /// The session id
+        id: String,
+        /// How many of the last turns stay as they are after the summary
+        #[arg(long, value_name = "N", default_value_t = CompactionPolicy::default().keep_last_turns)]
+        keep_turns: usize,
     },
     /// Delete a saved session
     Delete {
@@ -407,7 +468,9 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         let mut message = chain(&e);
         match e.kind() {
-            ErrorKind::NotFound if !matches!(e, Error::NoSessions) => {
+            ErrorKind::NotFound
+                if !matches!(e, Error::NoSessions | Error::RevisionNotFound { .. }) =>
+            {
                 message.push_str("\nhint: `agent-session sessions list` shows the saved sessions");
             }
             ErrorKind::Corrupt => {
@@ -448,7 +511,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
     let spec = StoreSpec::from_command_line(cli.store, cli.schema)?;
     match cli.command {
-        Command::Sessions(command) => sessions(&spec, command),
+        Command::Sessions(command) => sessions(&spec, command, cli.engine).await,
         Command::Chat { resume } => {
             let app = App::new(&spec, cli.engine)?;
             app.chat(&resume).await
@@ -478,8 +541,13 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// `sessions ...`: only `import` creates the store folder.
-fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
+/// `sessions ...`: only `import` creates the store folder. `engine` chooses who writes
+/// the summary of `sessions compact`.
+async fn sessions(
+    spec: &StoreSpec,
+    command: SessionsCommand,
+    engine: EngineChoice,
+) -> Result<(), Failure> {
     match command {
         SessionsCommand::List {
             limit,
@@ -494,10 +562,30 @@ fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
             };
             list(spec.open_existing()?.as_ref(), spec, scope, limit, after)
         }
-        SessionsCommand::Show { id } => {
+        SessionsCommand::Show { id, at: None } => {
             let (store, id) = existing_session(spec, &id)?;
-            print!("{}", display::transcript(&store.sessions().load(&id)?));
+            print!(
+                "{}",
+                display::transcript(&store.sessions().load(&id)?, Shown::Head)
+            );
             Ok(())
+        }
+        SessionsCommand::Show { id, at: Some(at) } => {
+            let (store, id) = existing_session(spec, &id)?;
+            history::show_at(store.sessions(), &id, at)
+        }
+        SessionsCommand::History { id, messages } => {
+            let (store, id) = existing_session(spec, &id)?;
+            history::history(store.sessions(), &id, messages)
+        }
+        SessionsCommand::Restore { id, revision } => {
+            let (store, id) = existing_session(spec, &id)?;
+            history::restore(store.sessions(), &id, revision)
+        }
+        SessionsCommand::Compact { id, keep_turns } => {
+            let engine = http_engine(engine)?;
+            let (store, id) = existing_session(spec, &id)?;
+            history::compact(&store, &id, keep_turns, engine).await
         }
         SessionsCommand::Delete { id } => {
             let (store, id) = existing_session(spec, &id)?;
@@ -529,25 +617,7 @@ fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
             archived_only,
             dry_run,
         } => {
-            if max_age.is_none() && max_count.is_none() && max_bytes.is_none() {
-                return Err(Failure::Usage(
-                    "sessions prune needs a limit: --max-age DURATION, --max-count N or --max-bytes SIZE (with none it would delete nothing)\nsee `agent-session sessions prune --help`"
-                        .to_owned(),
-                ));
-            }
-            let mut policy = PrunePolicy::new().dry_run(dry_run);
-            if let Some(age) = max_age {
-                policy = policy.max_age(age);
-            }
-            if let Some(count) = max_count {
-                policy = policy.max_count(count);
-            }
-            if let Some(bytes) = max_bytes {
-                policy = policy.max_total_bytes(bytes);
-            }
-            if archived_only {
-                policy = policy.archived_only();
-            }
+            let policy = prune_policy(max_age, max_count, max_bytes, archived_only, dry_run)?;
             lifecycle::prune(spec.open_existing()?.as_ref(), &spec.at(), &policy)
         }
         SessionsCommand::Export { ids, output, force } => {
@@ -564,20 +634,53 @@ fn sessions(spec: &StoreSpec, command: SessionsCommand) -> Result<(), Failure> {
             lifecycle::export(store.sessions(), &ids, output.as_deref(), force)
         }
         SessionsCommand::Import { file, new_ids } => lifecycle::import(spec, &file, new_ids),
-        SessionsCommand::Migrate => {
-            let at = spec.migrate()?;
-            match at {
-                StoreAt::Folder(_) => println!(
-                    "the session folder {} is ready (a folder store needs no migration)",
-                    at.shown()
-                ),
-                StoreAt::Postgres { .. } => {
-                    println!("the PostgreSQL session store {} is ready", at.shown());
-                }
-            }
-            Ok(())
+        SessionsCommand::Migrate => migrate(spec),
+    }
+}
+
+/// `sessions migrate`.
+fn migrate(spec: &StoreSpec) -> Result<(), Failure> {
+    let at = spec.migrate()?;
+    match at {
+        StoreAt::Folder(_) => println!(
+            "the session folder {} is ready (a folder store needs no migration)",
+            at.shown()
+        ),
+        StoreAt::Postgres { .. } => {
+            println!("the PostgreSQL session store {} is ready", at.shown());
         }
     }
+    Ok(())
+}
+
+/// The policy of `sessions prune`; a usage error without a limit.
+fn prune_policy(
+    max_age: Option<std::time::Duration>,
+    max_count: Option<usize>,
+    max_bytes: Option<u64>,
+    archived_only: bool,
+    dry_run: bool,
+) -> Result<PrunePolicy, Failure> {
+    if max_age.is_none() && max_count.is_none() && max_bytes.is_none() {
+        return Err(Failure::Usage(
+            "sessions prune needs a limit: --max-age DURATION, --max-count N or --max-bytes SIZE (with none it would delete nothing)\nsee `agent-session sessions prune --help`"
+                .to_owned(),
+        ));
+    }
+    let mut policy = PrunePolicy::new().dry_run(dry_run);
+    if let Some(age) = max_age {
+        policy = policy.max_age(age);
+    }
+    if let Some(count) = max_count {
+        policy = policy.max_count(count);
+    }
+    if let Some(bytes) = max_bytes {
+        policy = policy.max_total_bytes(bytes);
+    }
+    if archived_only {
+        policy = policy.archived_only();
+    }
+    Ok(policy)
 }
 
 /// The store and the parsed id of a session that must exist already.
@@ -687,6 +790,34 @@ impl Engine for AnyEngine {
 
 type EngineFactory = Box<dyn Fn() -> AnyEngine>;
 
+/// The OpenAI-compatible engine if `choice` (or, for `auto`, an API key in the
+/// environment) asks for it; `None` for the scripted one.
+fn http_engine(choice: EngineChoice) -> Result<Option<HttpEngine>, Failure> {
+    match (choice, HttpConfig::api_key_from_env()) {
+        (EngineChoice::Scripted, _) | (EngineChoice::Auto, None) => Ok(None),
+        (EngineChoice::Openai, None) => Err(
+            "--engine openai needs an API key in OPENAI_API_KEY or AGENT_SESSION_API_KEY"
+                .to_owned()
+                .into(),
+        ),
+        (_, Some(key)) => Ok(Some(HttpEngine::new(HttpConfig::from_env(key)?))),
+    }
+}
+
+/// The model `engine` talks to (the scripted engine's without one), given the one a
+/// session was saved with: the model asked for explicitly, else the saved one unless it is
+/// the scripted engine's, else the default.
+fn model_for(engine: Option<&HttpEngine>, saved: Option<&str>) -> String {
+    match engine {
+        None => scripted::MODEL.to_owned(),
+        Some(engine) => engine
+            .explicit_model()
+            .or(saved.filter(|m| *m != scripted::MODEL))
+            .unwrap_or(http::DEFAULT_MODEL)
+            .to_owned(),
+    }
+}
+
 /// The store, the engine and the tools of one invocation.
 struct App {
     harness: Harness<EngineFactory>,
@@ -707,17 +838,7 @@ impl App {
                 workspace.display()
             )
         })?);
-        let key = HttpConfig::api_key_from_env();
-        let http =
-            match (choice, key) {
-                (EngineChoice::Scripted, _) | (EngineChoice::Auto, None) => None,
-                (EngineChoice::Openai, None) => return Err(
-                    "--engine openai needs an API key in OPENAI_API_KEY or AGENT_SESSION_API_KEY"
-                        .to_owned()
-                        .into(),
-                ),
-                (_, Some(key)) => Some(HttpEngine::new(HttpConfig::from_env(key)?)),
-            };
+        let http = http_engine(choice)?;
         let factory: EngineFactory = match http.clone() {
             Some(engine) => Box::new(move || AnyEngine::Http(engine.clone())),
             None => Box::new(|| AnyEngine::Scripted(ScriptedEngine)),
@@ -735,14 +856,7 @@ impl App {
 
     /// The model to use, given the one a resumed session was saved with.
     fn model(&self, saved: Option<&str>) -> String {
-        match &self.http {
-            None => scripted::MODEL.to_owned(),
-            Some(engine) => engine
-                .explicit_model()
-                .or(saved.filter(|m| *m != scripted::MODEL))
-                .unwrap_or(http::DEFAULT_MODEL)
-                .to_owned(),
-        }
+        model_for(self.http.as_ref(), saved)
     }
 
     /// The user's prompt as a message. For the HTTP engine it is built from the OpenAI wire
@@ -782,9 +896,20 @@ impl App {
             eprintln!("session: {} (new)", session.id());
             return Ok(session);
         };
-        // Resume with the saved options, but the model of the engine in use: a session
-        // started offline can go on with a real model, and the other way round.
-        let session = self.harness.resume_session_with(&id, |mut options| {
+        let session = self.resume(&id)?;
+        eprintln!(
+            "session: {} (resumed, {} messages)",
+            session.id(),
+            session.transcript().len()
+        );
+        report_interrupted(&session);
+        Ok(session)
+    }
+
+    /// Loads session `id` with the saved options, but the model of the engine in use: a
+    /// session started offline can go on with a real model, and the other way round.
+    fn resume(&self, id: &SessionId) -> Result<Session<AnyEngine>, Failure> {
+        let session = self.harness.resume_session_with(id, |mut options| {
             let model = self.model(Some(&options.model));
             if model != options.model {
                 eprintln!(
@@ -796,12 +921,6 @@ impl App {
             }
             options
         })?;
-        eprintln!(
-            "session: {} (resumed, {} messages)",
-            session.id(),
-            session.transcript().len()
-        );
-        report_interrupted(&session);
         Ok(session)
     }
 
@@ -838,7 +957,7 @@ impl App {
         let interactive = io::stdin().is_terminal();
         if interactive {
             eprintln!(
-                "type a prompt; /undo drops the last turn, /sessions lists sessions, /help, /exit to leave"
+                "type a prompt; /undo drops the last turn, /restore REV goes back to a revision, /sessions lists sessions, /help, /exit to leave"
             );
         }
         let mut lines = stdin_lines();
@@ -875,10 +994,14 @@ impl App {
                     warn_unreadable(&list);
                 }
                 "/help" => {
-                    println!("/undo [N] drops the last N turns (default 1), saved at once; /sessions lists saved sessions; /exit leaves (so does end of input)");
+                    println!("/undo [N] drops the last N turns (default 1), saved at once; /restore REV makes revision REV the session's state again (it undoes an /undo), saved at once; /history lists the session's revisions; /sessions lists saved sessions; /exit leaves (so does end of input)");
                 }
+                "/history" => self.print_history(&session),
                 command if command.split_whitespace().next() == Some("/undo") => {
                     self.undo(&mut session, command)?;
+                }
+                command if command.split_whitespace().next() == Some("/restore") => {
+                    self.restore(&mut session, command)?;
                 }
                 command if command.starts_with('/') => {
                     eprintln!(
@@ -928,6 +1051,9 @@ impl App {
             println!("nothing to undo: session {} has no turns", session.id());
             return Ok(());
         }
+        // The stored revision the undo goes back from, if the session is all stored.
+        let undoable = (session.revision() != Revision::NEW && !session.has_unsaved_changes())
+            .then(|| session.revision());
         // What the rewind will drop, for the summary: from the prompt of the N-th last
         // turn (if there are that many; the library refuses otherwise).
         let before = session.transcript().len();
@@ -947,8 +1073,11 @@ impl App {
                 let dropped = tail
                     .get(tail.len().saturating_sub(before.saturating_sub(kept))..)
                     .unwrap_or_default();
+                let redo = undoable
+                    .map(|from| format!(" (/restore {from} brings it back)"))
+                    .unwrap_or_default();
                 println!(
-                    "undone: {}; saved as revision {revision}",
+                    "undone: {}; saved as revision {revision}{redo}",
                     lifecycle::rewind_summary(dropped, kept)
                 );
                 Ok(())
@@ -977,6 +1106,81 @@ impl App {
                 }
                 Err(message.into())
             }
+        }
+    }
+
+    /// `/restore REV`: makes revision REV of the live session its state again, through
+    /// the store's restore (a new revision), and goes on with the session as restored. A
+    /// bad argument, a revision the store does not keep or a session never saved is said
+    /// and the chat goes on as it was; a failed restore of a saved session ends it, as a
+    /// failed save does.
+    fn restore(&self, session: &mut Session<AnyEngine>, command: &str) -> Result<(), Failure> {
+        let mut words = command.split_whitespace().skip(1);
+        let revision = match (words.next(), words.next()) {
+            (Some(rev), None) => history::parse_revision(rev),
+            _ => Err("give one revision".to_owned()),
+        };
+        let revision = match revision {
+            Ok(revision) => revision,
+            Err(reason) => {
+                eprintln!("usage: /restore REV: {reason} (/history lists the revisions)");
+                return Ok(());
+            }
+        };
+        let id = session.id().clone();
+        if session.revision() == Revision::NEW {
+            println!("nothing to restore: session {id} was never saved");
+            return Ok(());
+        }
+        if session.has_unsaved_changes() {
+            // Only after a save that failed and was reported; save before going back.
+            self.harness.save_session(session).map_err(|e| {
+                format!("could not save session {id} before /restore: {}", chain(&e))
+            })?;
+        }
+        if revision == session.revision() {
+            println!("session {id} is at revision {revision} already: nothing to restore");
+            return Ok(());
+        }
+        let before = session.transcript().len();
+        let restored = match self.harness.store().restore(&id, revision) {
+            Ok(restored) => restored,
+            Err(e) => {
+                let mut message = chain(&e);
+                if matches!(e, Error::RevisionNotFound { .. }) {
+                    message.push_str("\nhint: /history lists the revisions it keeps");
+                }
+                if e.is_conflict() {
+                    let _ = write!(
+                        message,
+                        "\nhint: another process saved this session meanwhile; `chat --resume {id}` goes on from what it saved"
+                    );
+                    return Err(format!("{message}\nnothing was restored").into());
+                }
+                eprintln!("error: {message}\nnothing was restored");
+                return Ok(());
+            }
+        };
+        *session = self.resume(&id)?;
+        println!(
+            "restored revision {revision}: the view went from {before} to {} messages; saved as revision {restored}",
+            session.transcript().len()
+        );
+        Ok(())
+    }
+
+    /// `/history`: the live session's revisions, as `sessions history` lists them.
+    fn print_history(&self, session: &Session<AnyEngine>) {
+        if session.revision() == Revision::NEW {
+            println!(
+                "session {} was never saved: it has no revisions yet",
+                session.id()
+            );
+            return;
+        }
+        match self.harness.store().revisions(session.id()) {
+            Ok(revisions) => print!("{}", display::revision_table(&revisions)),
+            Err(e) => eprintln!("error: {}", chain(&e)),
         }
     }
 

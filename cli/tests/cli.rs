@@ -2415,7 +2415,8 @@ fn help_documents_the_lifecycle_commands() {
         "--to-message <I>",
         "[default: 1]",
         "usage of the dropped turns stays counted",
-        "cannot be undone",
+        "it can be undone",
+        "sessions restore",
         "/undo",
     ] {
         assert!(rewind_help.contains(needle), "{needle:?}:\n{rewind_help}");
@@ -2559,11 +2560,37 @@ fn control_characters_in_an_imported_session_are_escaped_on_output() {
         assert!(show.stdout.contains(visible), "{visible}: {show:#?}");
     }
 
+    // A past revision, the history's messages, and a compaction's local summary.
+    let at = ws
+        .run(&["sessions", "show", id, "--at", "1"])
+        .assert_success();
+    assert_no_raw_controls("sessions show --at", &at);
+    assert!(at.stdout.contains(r"hello\u{202e}dlrow"), "{at:#?}");
+    let history = ws
+        .run(&["sessions", "history", id, "--messages"])
+        .assert_success();
+    assert_no_raw_controls("sessions history --messages", &history);
+    for visible in [
+        r"hello\u{202e}dlrow",
+        r"to\u{1b}[5mol",
+        r"cut\u{1b}[31m short",
+    ] {
+        assert!(history.stdout.contains(visible), "{visible}: {history:#?}");
+    }
+
     // Resuming names the stored model and the interrupted call.
     let run = ws
         .run(&["run", "--resume", id, "hi again"])
         .assert_success();
     assert_no_raw_controls("run --resume", &run);
+    let compact = ws
+        .run(&["sessions", "compact", id, "--keep-turns", "1"])
+        .assert_success();
+    assert_no_raw_controls("sessions compact", &compact);
+    assert!(
+        compact.stdout.contains(r"- user: hello\u{202e}dlrow"),
+        "{compact:#?}"
+    );
     assert!(run.stderr.contains(r"gpt\u{1b}[5m-evil"), "{run:#?}");
     assert!(run.stderr.contains(r"to\u{1b}[5mol"), "{run:#?}");
 
@@ -2952,4 +2979,717 @@ fn a_store_path_that_is_a_symbolic_link_is_called_one() {
     assert_ne!(out.code, Some(0), "{out:#?}");
     assert!(out.stderr.contains("symbolic link"), "{out:#?}");
     assert!(!out.stderr.contains("not a directory"), "{out:#?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Session history (issue 14): sessions history, show --at, restore, compact; /restore
+// ---------------------------------------------------------------------------------------
+
+/// The rows of a `sessions history` revision table: revision, kind, view length, note.
+fn revision_rows(text: &str) -> Vec<(u64, String, usize, String)> {
+    text.lines()
+        .skip_while(|l| !l.trim_start().starts_with("REV "))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let note = words.get(5..).unwrap_or_default().join(" ");
+            (
+                words[0].parse().expect("a revision number"),
+                words[3].to_owned(),
+                words[4].parse().expect("a view length"),
+                note,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn history_lists_every_revision_and_with_messages_where_each_message_stands() {
+    let (ws, id) = workspace_with_two_turns();
+    ws.run(&["sessions", "rewind", &id]).assert_success();
+    let files = ws.stored_files();
+    let sid = SessionId::parse(&id).expect("id");
+
+    let out = ws.run(&["sessions", "history", &id]).assert_success();
+    assert_eq!(
+        out.stdout.lines().next(),
+        Some(format!("session {id}: 7 revisions kept, 1 to 7; the head is revision 7").as_str()),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout.lines().nth(1).is_some_and(|l| l
+            .split_whitespace()
+            .eq(["REV", "SAVED", "(UTC)", "KIND", "MSGS", "NOTE"])),
+        "{out:#?}"
+    );
+    // Exactly the revisions the library keeps: number, kind, view length.
+    let rows = revision_rows(&out.stdout);
+    let kept: Vec<(u64, String, usize)> = ws
+        .store()
+        .revisions(&sid)
+        .expect("revisions")
+        .iter()
+        .map(|r| (r.revision.as_u64(), r.kind.as_str().to_owned(), r.messages))
+        .collect();
+    assert_eq!(
+        rows.iter()
+            .map(|(r, k, m, _)| (*r, k.clone(), *m))
+            .collect::<Vec<_>>(),
+        kept
+    );
+    assert_eq!(rows[0].1, "checkpoint");
+    assert_eq!(
+        rows.last().expect("a head"),
+        &(7, "rewind".to_owned(), 4, "the head".to_owned())
+    );
+    assert!(!out.stdout.contains("MESSAGE"), "messages only when asked");
+
+    // --messages: every message the views held, the rewound turn's too, with its standing.
+    let out = ws
+        .run(&["sessions", "history", &id, "--messages"])
+        .assert_success();
+    let history = ws.store().history(&sid).expect("history");
+    assert!(
+        out.stdout.contains(&format!(
+            "\n\n{} messages in the history since revision 1, 4 in the view:\n",
+            history.messages.len()
+        )),
+        "{out:#?}"
+    );
+    let listed: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip_while(|l| !l.contains("STANDING"))
+        .skip(1)
+        .collect();
+    assert_eq!(listed.len(), history.messages.len(), "{out:#?}");
+    let first = line_index(&out.stdout, "calc 1+1");
+    assert!(
+        out.stdout
+            .lines()
+            .nth(first)
+            .is_some_and(|l| l.contains("in view #0") && l.contains("user")),
+        "{out:#?}"
+    );
+    let dropped = line_index(&out.stdout, "user       calc 2*3");
+    assert!(
+        out.stdout
+            .lines()
+            .nth(dropped)
+            .is_some_and(|l| l.contains("rewound at 7")),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout.contains("[result scripted_2] 6"),
+        "tool results are listed: {out:#?}"
+    );
+    assert_eq!(ws.stored_files(), files, "history reads only");
+}
+
+#[test]
+fn show_at_prints_a_revision_exactly_as_it_was_and_refuses_one_not_kept() {
+    let (ws, id) = workspace_with_two_turns();
+    let before = ws.run(&["sessions", "show", &id]).assert_success().stdout;
+    ws.run(&["sessions", "rewind", &id]).assert_success();
+    let files = ws.stored_files();
+
+    // Revision 6, before the rewind: what `show` printed then, plus a line saying so.
+    let past = ws
+        .run(&["sessions", "show", &id, "--at", "6"])
+        .assert_success()
+        .stdout;
+    let note = format!(
+        "  as it was at revision 6; the head is revision 7 (`sessions restore {id} 6` makes this state the head again)\n"
+    );
+    assert!(past.contains(&note), "{past}");
+    assert_eq!(past.replace(&note, ""), before);
+    assert!(past.contains("calc 2*3"), "{past}");
+
+    let head = ws
+        .run(&["sessions", "show", &id, "--at", "7"])
+        .assert_success()
+        .stdout;
+    assert!(head.contains("revision 7 is the head"), "{head}");
+    assert!(!head.contains("calc 2*3"), "{head}");
+    let first = ws
+        .run(&["sessions", "show", &id, "--at", "1"])
+        .assert_success()
+        .stdout;
+    let at_one = ws
+        .store()
+        .load_at(
+            &SessionId::parse(&id).expect("id"),
+            agent_session::Revision::from_u64(1),
+        )
+        .expect("revision 1");
+    assert!(
+        first.contains(&format!("  {} messages, ", at_one.transcript().len())),
+        "{first}"
+    );
+    // The head's own show says what its history holds.
+    let now = ws.run(&["sessions", "show", &id]).assert_success().stdout;
+    assert!(
+        now.contains(&format!(
+            "  history: rewound once (`sessions history {id}` lists its revisions)"
+        )),
+        "{now}"
+    );
+
+    let out = ws.run(&["sessions", "show", &id, "--at", "99"]);
+    out.assert_failure(
+        1,
+        &[
+            &format!("error: session {id} has no revision 99: its store keeps revisions 1 to 7"),
+            &format!("hint: `agent-session sessions history {id}` lists the revisions it keeps"),
+        ],
+    );
+    assert!(out.stdout.is_empty(), "{out:#?}");
+    assert!(!out.stderr.contains("sessions list"), "{out:#?}");
+    ws.run(&["sessions", "show", &id, "--at", "0"])
+        .assert_failure(
+            2,
+            &["invalid value '0' for '--at <REV>'", "revisions start at 1"],
+        );
+    ws.run(&["sessions", "show", &id, "--at", "seven"])
+        .assert_failure(2, &["\"seven\" is not a revision"]);
+    ws.run(&["sessions", "show", &id, "--at", "-1"])
+        .assert_failure(2, &[]);
+    ws.run(&["sessions", "show", &id, "--at", "18446744073709551616"])
+        .assert_failure(2, &["is not a revision"]);
+    ws.run(&["sessions", "show", "nobody", "--at", "1"])
+        .assert_failure(1, &["session nobody not found"]);
+    assert_eq!(ws.stored_files(), files, "show writes nothing");
+}
+
+#[test]
+fn restore_undoes_a_rewind_as_a_new_revision_and_list_marks_the_session() {
+    let (ws, id) = workspace_with_two_turns();
+    let before = ws.load(&id);
+    let rewind = ws.run(&["sessions", "rewind", &id]).assert_success();
+    assert!(
+        rewind.stderr.contains(&format!(
+            "they stay in the session's history; `sessions restore {id} 6` undoes the rewind"
+        )),
+        "{rewind:#?}"
+    );
+    let list = ws.run(&["sessions", "list"]).assert_success().stdout;
+    assert!(list.starts_with("ID "), "{list}");
+    assert!(
+        list.lines()
+            .next()
+            .is_some_and(|h| h.contains("  HIST  TITLE")),
+        "{list}"
+    );
+    assert!(
+        listed_line(&list, &id).contains("  R     calc 1+1"),
+        "{list}"
+    );
+
+    let out = ws.run(&["sessions", "restore", &id, "6"]).assert_success();
+    assert_eq!(
+        out.stdout,
+        format!(
+            "restored session {id} to revision 6, now revision 8: the view went from 4 messages to 8\n"
+        ),
+        "{out:#?}"
+    );
+    assert!(
+        out.stderr.contains("usage stays counted") && out.stderr.contains("--resume"),
+        "{out:#?}"
+    );
+    let restored = ws.load(&id);
+    assert_eq!(restored.revision().as_u64(), 8);
+    assert_eq!(restored.transcript(), before.transcript());
+    assert_eq!(restored.tool_calls(), before.tool_calls());
+    assert_eq!(
+        restored.usage(),
+        before.usage(),
+        "usage is never taken back"
+    );
+
+    let list = ws.run(&["sessions", "list"]).assert_success().stdout;
+    assert!(
+        listed_line(&list, &id).contains("  RS    calc 1+1"),
+        "{list}"
+    );
+    let history = ws
+        .run(&["sessions", "history", &id])
+        .assert_success()
+        .stdout;
+    assert_eq!(
+        revision_rows(&history).last().expect("a head"),
+        &(
+            8,
+            "restore".to_owned(),
+            8,
+            "restored revision 6, the head".to_owned()
+        )
+    );
+    let resumed = ws
+        .run(&["run", "--resume", &id, "what did I ask before?"])
+        .assert_success();
+    assert!(resumed.stdout.contains("2. calc 2*3"), "{resumed:#?}");
+
+    // The head itself: nothing to do, nothing written.
+    let files = ws.stored_files();
+    let same = ws.run(&["sessions", "restore", &id, "9"]).assert_success();
+    assert_eq!(
+        same.stdout,
+        format!(
+            "session {id} is at revision 9 already: nothing to restore; revision 9 is unchanged\n"
+        )
+    );
+    // Bad revisions: refused, nothing written.
+    ws.run(&["sessions", "restore", &id, "10"]).assert_failure(
+        1,
+        &[
+            &format!("session {id} has no revision 10: its store keeps revisions 1 to 9"),
+            "lists the revisions it keeps",
+            "\nnothing was restored",
+        ],
+    );
+    ws.run(&["sessions", "restore", &id, "0"])
+        .assert_failure(2, &["revisions start at 1"]);
+    ws.run(&["sessions", "restore", &id, "six"])
+        .assert_failure(2, &["\"six\" is not a revision"]);
+    ws.run(&["sessions", "restore", &id])
+        .assert_failure(2, &["<REV>"]);
+    ws.run(&["sessions", "restore", "nobody", "1"])
+        .assert_failure(1, &["session nobody not found"]);
+    assert_eq!(ws.stored_files(), files);
+
+    // A restore is a revision too, so it can itself be undone: back to the rewound state.
+    let again = ws.run(&["sessions", "restore", &id, "7"]).assert_success();
+    assert!(
+        again
+            .stdout
+            .contains("now revision 10: the view went from 10 messages to 4"),
+        "{again:#?}"
+    );
+    assert_eq!(ws.load(&id).transcript(), &before.transcript()[..4]);
+}
+
+/// A workspace with one session of three turns: two calculator turns and "hello there"
+/// (10 messages).
+fn workspace_with_three_turns() -> (Workspace, String) {
+    let (ws, id) = workspace_with_two_turns();
+    ws.run(&["run", "--resume", &id, "hello there"])
+        .assert_success();
+    assert_eq!(ws.load(&id).transcript().len(), 10);
+    (ws, id)
+}
+
+#[test]
+fn compact_offline_summarises_all_but_the_last_turns_keeps_them_in_the_history_and_restore_undoes_it(
+) {
+    let (ws, id) = workspace_with_three_turns();
+    let before = ws.load(&id);
+    let head = before.revision().as_u64();
+
+    // By default the last 2 turns stay: the first turn (4 messages) is summarised.
+    let out = ws.run(&["sessions", "compact", &id]).assert_success();
+    let revision = head + 1;
+    assert_eq!(
+        out.stdout,
+        format!(
+            "compacted session {id}, now revision {revision}: its first 4 messages became a summary of 1 message; the view went from 10 to 7 messages\n\
+             the summary was made offline, without a model (the scripted engine): the first line of each prompt and answer\n  \
+             Summary of the 4 earlier messages (made offline, without a model: the first line of each prompt and answer):\n  \
+             - user: calc 1+1\n  \
+             - assistant: 1+1 = 2\n"
+        ),
+        "{out:#?}"
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "`sessions restore {id} {head}` undoes the compaction"
+        )),
+        "{out:#?}"
+    );
+    let compacted = ws.load(&id);
+    assert_eq!(compacted.revision().as_u64(), revision);
+    assert_eq!(compacted.transcript().len(), 7);
+    assert!(compacted.transcript()[0]
+        .text()
+        .starts_with("Summary of the 4 earlier messages"));
+    assert_eq!(&compacted.transcript()[1..], &before.transcript()[4..]);
+    assert_eq!(compacted.usage(), before.usage(), "no model was called");
+    assert_eq!(
+        compacted.metadata().get("title"),
+        Some(&json!("calc 1+1")),
+        "the title is kept"
+    );
+
+    let list = ws.run(&["sessions", "list"]).assert_success().stdout;
+    assert!(
+        listed_line(&list, &id).contains("  C     calc 1+1"),
+        "{list}"
+    );
+    let history = ws
+        .run(&["sessions", "history", &id, "--messages"])
+        .assert_success()
+        .stdout;
+    assert_eq!(
+        revision_rows(&history).last().expect("a head"),
+        &(revision, "compaction".to_owned(), 7, "the head".to_owned())
+    );
+    let compacted_away = history
+        .lines()
+        .filter(|l| l.contains(&format!("compacted at {revision}")))
+        .count();
+    assert!(compacted_away >= 4, "{history}");
+    assert!(
+        history
+            .lines()
+            .any(|l| l.contains("in view #0") && l.contains("Summary of the 4 earlier")),
+        "{history}"
+    );
+    // The next turn's model sees the summary and the kept turns.
+    let resumed = ws
+        .run(&["run", "--resume", &id, "what did I ask before?"])
+        .assert_success();
+    assert!(
+        resumed
+            .stdout
+            .contains("1. Summary of the 4 earlier messages"),
+        "{resumed:#?}"
+    );
+    assert!(resumed.stdout.contains("2. calc 2*3"), "{resumed:#?}");
+
+    // Nothing before the kept turns: refused, nothing written.
+    let files = ws.stored_files();
+    ws.run(&["sessions", "compact", &id, "--keep-turns", "9"])
+        .assert_failure(
+            1,
+            &[
+                &format!("session {id} has nothing to compact: its view holds 9 messages in 4 turns, and the last 9 turns stay as they are (--keep-turns 9)"),
+                "hint: --keep-turns 3 compacts more of it",
+                "\nnothing was compacted",
+            ],
+        );
+    ws.run(&["sessions", "compact", &id, "--keep-turns", "many"])
+        .assert_failure(2, &["invalid value 'many' for '--keep-turns <N>'"]);
+    ws.run(&["sessions", "compact", "nobody"])
+        .assert_failure(1, &["session nobody not found"]);
+    assert_eq!(ws.stored_files(), files);
+
+    // Restoring the revision before the compaction brings the first turn back.
+    let restored = ws
+        .run(&["sessions", "restore", &id, &head.to_string()])
+        .assert_success();
+    assert!(
+        restored
+            .stdout
+            .contains("the view went from 9 messages to 10"),
+        "{restored:#?}"
+    );
+    assert_eq!(ws.load(&id).transcript(), before.transcript());
+}
+
+#[test]
+fn compact_with_keep_turns_zero_summarises_everything_and_an_empty_session_has_nothing() {
+    let ws = Workspace::new();
+    let id = ws.run(&["run", "calc 1+1"]).assert_success().session_id();
+    let out = ws
+        .run(&["sessions", "compact", &id, "--keep-turns", "0"])
+        .assert_success();
+    assert!(
+        out.stdout.contains(
+            "its first 4 messages became a summary of 1 message; the view went from 4 to 1 message"
+        ),
+        "{out:#?}"
+    );
+    assert_eq!(ws.load(&id).transcript().len(), 1);
+
+    // A session with no messages has nothing to compact, whatever is kept.
+    ws.run(&["sessions", "rewind", &id, "--to-message", "0"])
+        .assert_success();
+    let files = ws.stored_files();
+    let out = ws.run(&["sessions", "compact", &id, "--keep-turns", "0"]);
+    out.assert_failure(
+        1,
+        &[
+            "its view holds 0 messages in 0 turns",
+            "nothing was compacted",
+        ],
+    );
+    assert!(!out.stderr.contains("hint: --keep-turns"), "{out:#?}");
+    assert_eq!(ws.stored_files(), files);
+}
+
+#[test]
+fn compact_with_the_openai_engine_asks_the_model_for_the_summary_and_counts_its_usage() {
+    let (ws, id) = workspace_with_two_turns();
+    let before = ws.load(&id);
+    let stub = Stub::start(vec![Box::new(|_| {
+        let answer = json!({"role": "assistant", "content": "The user computed 1+1 = 2."});
+        (200, completion(&answer, 120, 9))
+    })]);
+    let out = run_command(http_command(
+        &ws,
+        &stub,
+        &["sessions", "compact", &id, "--keep-turns", "1"],
+    ))
+    .assert_success();
+    assert!(
+        out.stdout.contains(&format!(
+            "compacted session {id}, now revision 7: its first 4 messages became a summary of 1 message; the view went from 8 to 5 messages\n\
+             the summary was written by the model stub-model (120 input + 9 output tokens, cost $0.000138, counted in the session's usage)\n  \
+             Summary of the 4 earlier messages (written by stub-model):\n  \
+             The user computed 1+1 = 2.\n"
+        )),
+        "{out:#?}"
+    );
+
+    // One request: the replaced messages as text, the instructions, no tools.
+    let requests = stub.requests();
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0].body;
+    assert_eq!(body["model"], "stub-model");
+    assert!(body.get("tools").is_none(), "{body}");
+    let messages = body["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{body}");
+    assert_eq!(messages[0]["role"], "system");
+    assert!(
+        messages[0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("summary")),
+        "{body}"
+    );
+    let asked = messages[1]["content"].as_str().expect("a text prompt");
+    assert!(
+        asked.starts_with("Summarise this conversation:\n\nuser: calc 1+1\n\nassistant: [calls the tool calculator with {\"expression\":\"1+1\"}]\n\ntool: [tool result: 2]\n\nassistant: 1+1 = 2"),
+        "{asked}"
+    );
+    assert!(
+        !asked.contains("2*3"),
+        "only the replaced messages: {asked}"
+    );
+
+    let compacted = ws.load(&id);
+    assert_eq!(
+        compacted.transcript()[0].text(),
+        "Summary of the 4 earlier messages (written by stub-model):\nThe user computed 1+1 = 2."
+    );
+    assert_eq!(&compacted.transcript()[1..], &before.transcript()[4..]);
+    assert_eq!(compacted.usage().len(), before.usage().len() + 1);
+    let usage = compacted.usage().last().expect("the compaction's usage");
+    assert_eq!(
+        (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.model.as_str()
+        ),
+        (120, 9, "stub-model-2025")
+    );
+    assert_eq!(
+        compacted.totals().cost.as_nano_usd(),
+        before.totals().cost.as_nano_usd() + 138_000
+    );
+    assert_eq!(
+        compacted.options().model,
+        "scripted",
+        "the session's model is not changed"
+    );
+
+    // A failed summary call changes nothing.
+    let files = ws.stored_files();
+    let stub = Stub::start(vec![Box::new(|_| {
+        (500, json!({"error": {"message": "summariser down"}}))
+    })]);
+    let out = run_command(http_command(
+        &ws,
+        &stub,
+        &["sessions", "compact", &id, "--keep-turns", "1"],
+    ));
+    out.assert_failure(
+        1,
+        &[
+            &format!("error: could not write a summary for session {id}: HTTP 500"),
+            "summariser down",
+            "\nnothing was compacted",
+        ],
+    );
+    assert!(out.stdout.is_empty(), "{out:#?}");
+    assert_eq!(stub.requests().len(), 1);
+    assert_eq!(ws.stored_files(), files);
+}
+
+#[test]
+fn restore_in_chat_undoes_an_undo_and_history_lists_the_revisions() {
+    let ws = Workspace::new();
+    let out = ws
+        .run_with_input(
+            &["chat"],
+            "/restore 1\n/history\ncalc 1+1\ncalc 2*3\n/undo\n/history\n/restore 6\nwhat did I ask before?\n/restore 99\n/restore x\n/restore\n/restore 1 2\n",
+        )
+        .assert_success();
+    let id = out.session_id();
+    assert!(
+        out.stdout
+            .contains(&format!("nothing to restore: session {id} was never saved")),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "session {id} was never saved: it has no revisions yet"
+        )),
+        "{out:#?}"
+    );
+    let undone = line_index(
+        &out.stdout,
+        "undone: dropped 4 messages (1 turn: \"calc 2*3\"), 4 messages remain; saved as revision 7 (/restore 6 brings it back)",
+    );
+    let listed = line_index(&out.stdout, "rewind          4  the head");
+    let restored = line_index(
+        &out.stdout,
+        "restored revision 6: the view went from 4 to 8 messages; saved as revision 8",
+    );
+    let recalled = line_index(&out.stdout, "2. calc 2*3");
+    assert!(
+        undone < listed && listed < restored && restored < recalled,
+        "{out:#?}"
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "error: session {id} has no revision 99: its store keeps revisions 1 to 9\nhint: /history lists the revisions it keeps\nnothing was restored"
+        )),
+        "{out:#?}"
+    );
+    assert_eq!(
+        out.stderr.matches("usage: /restore REV").count(),
+        3,
+        "{out:#?}"
+    );
+    let stored = ws.load(&id);
+    assert_eq!(
+        user_prompts(&stored),
+        ["calc 1+1", "calc 2*3", "what did I ask before?"]
+    );
+
+    let help = ws.run_with_input(&["chat"], "/help\n").assert_success();
+    assert!(help.stdout.contains("/restore REV"), "{help:#?}");
+    assert!(help.stdout.contains("/history"), "{help:#?}");
+}
+
+#[test]
+fn history_commands_on_a_missing_session_or_store_are_errors_and_create_nothing() {
+    let ws = Workspace::new();
+    for args in [
+        &["sessions", "history", "nobody"][..],
+        &["sessions", "history", "nobody", "--messages"],
+        &["sessions", "show", "nobody", "--at", "1"],
+        &["sessions", "restore", "nobody", "1"],
+        &["sessions", "compact", "nobody"],
+    ] {
+        ws.run(args).assert_failure(
+            1,
+            &[
+                "error: session nobody not found",
+                "hint: `agent-session sessions list` shows the saved sessions",
+            ],
+        );
+    }
+    assert!(!ws.store_dir().exists(), "no store folder was created");
+
+    let (ws, _, before) = workspace_with_a_session();
+    for args in [
+        &["sessions", "history", "Bad/Id"][..],
+        &["sessions", "show", "Bad/Id", "--at", "1"],
+        &["sessions", "restore", "Bad/Id", "1"],
+        &["sessions", "compact", "Bad/Id"],
+    ] {
+        ws.run(args).assert_failure(1, &["invalid session id"]);
+    }
+    for args in [
+        &["sessions", "history", "nobody"][..],
+        &["sessions", "restore", "nobody", "1"],
+        &["sessions", "compact", "nobody"],
+    ] {
+        ws.run(args)
+            .assert_failure(1, &["session nobody not found"]);
+    }
+    assert_eq!(ws.stored_files(), before);
+}
+
+#[test]
+fn help_documents_the_history_commands() {
+    let ws = Workspace::new();
+    let help = ws.run(&["--help"]).assert_success().stdout;
+    for needle in [
+        "sessions history",
+        "sessions show 0190c3e2-... --at 6",
+        "sessions restore",
+        "sessions compact",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    let sessions_help = ws.run(&["sessions", "--help"]).assert_success().stdout;
+    for needle in ["history", "restore", "compact"] {
+        assert!(sessions_help.contains(needle), "{sessions_help}");
+    }
+    for (args, needles) in [
+        (
+            &["sessions", "list", "--help"][..],
+            &[
+                "HIST",
+                "R it was rewound",
+                "C compacted",
+                "S an earlier revision",
+            ][..],
+        ),
+        (
+            &["sessions", "history", "--help"],
+            &["--messages", "checkpoint", "sessions show ID --at REV"],
+        ),
+        (&["sessions", "show", "--help"], &["--at <REV>"]),
+        (
+            &["sessions", "restore", "--help"],
+            &["<REV>", "new revision", "/restore REV"],
+        ),
+        (
+            &["sessions", "compact", "--help"],
+            &[
+                "--keep-turns <N>",
+                "[default: 2]",
+                "without a model",
+                "usage",
+            ],
+        ),
+        (&["chat", "--help"], &["/restore REV", "/history"]),
+    ] {
+        let out = ws.run(args).assert_success().stdout;
+        for needle in needles {
+            assert!(out.contains(needle), "{args:?} lacks {needle:?}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn history_messages_of_a_session_saved_once_list_its_whole_view() {
+    let ws = Workspace::new();
+    let snapshot = SessionSnapshot::builder(SessionId::parse("once").expect("id"), "scripted")
+        .transcript(vec![
+            Message::user("first prompt"),
+            Message::assistant(vec![ContentBlock::text("first answer")]),
+        ])
+        .build()
+        .expect("a valid snapshot");
+    ws.store()
+        .save(&snapshot)
+        .expect("save through the library");
+    let out = ws
+        .run(&["sessions", "history", "once", "--messages"])
+        .assert_success();
+    assert!(
+        out.stdout
+            .contains("2 messages in the history since revision 1, 2 in the view:\n"),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout
+            .contains("    1  in view #0        user       first prompt\n    1  in view #1        assistant  first answer\n"),
+        "{out:#?}"
+    );
 }

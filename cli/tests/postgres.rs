@@ -617,6 +617,148 @@ mod postgres_cli {
     }
 
     #[test]
+    fn history_show_at_and_restore_work_on_a_postgres_session() {
+        let schemas = Schemas::new();
+        let ws = Workspace::new();
+        let original = snapshot("hist", "time travel", 5);
+        let (schema, store) = schema_with(&schemas, std::slice::from_ref(&original));
+        let line = |listing: &str| {
+            listing
+                .lines()
+                .find(|l| l.starts_with("hist "))
+                .unwrap_or_else(|| panic!("hist is not listed: {listing}"))
+                .to_owned()
+        };
+
+        ws.run(&schema, &["sessions", "rewind", "hist"])
+            .assert_success();
+        let history = ws
+            .run(&schema, &["sessions", "history", "hist", "--messages"])
+            .assert_success();
+        assert!(
+            history
+                .stdout
+                .starts_with("session hist: 2 revisions kept, 1 to 2; the head is revision 2\n"),
+            "{history:#?}"
+        );
+        for needle in [
+            "  1  ",
+            "checkpoint      6\n",
+            "rewind          4  the head\n",
+            "6 messages in the history since revision 1, 4 in the view:",
+            "rewound at 2      user       thanks",
+            "in view #0        user       time travel: what is 6*7?",
+        ] {
+            assert!(history.stdout.contains(needle), "{needle:?}: {history:#?}");
+        }
+        let listed = ws.run(&schema, &["sessions", "list"]).assert_success();
+        assert!(
+            line(&listed.stdout).contains("  R     time travel"),
+            "{listed:#?}"
+        );
+
+        let past = ws
+            .run(&schema, &["sessions", "show", "hist", "--at", "1"])
+            .assert_success();
+        assert!(past.stdout.contains("user>      thanks"), "{past:#?}");
+        assert!(
+            past.stdout.contains(
+                "as it was at revision 1; the head is revision 2 (`sessions restore hist 1` makes this state the head again)"
+            ),
+            "{past:#?}"
+        );
+        ws.run(&schema, &["sessions", "show", "hist", "--at", "5"])
+            .assert_failure(
+                1,
+                &[
+                    "session hist has no revision 5: its store keeps revisions 1 to 2",
+                    "sessions history hist",
+                ],
+            );
+
+        let restored = ws
+            .run(&schema, &["sessions", "restore", "hist", "1"])
+            .assert_success();
+        assert_eq!(
+            restored.stdout,
+            "restored session hist to revision 1, now revision 3: the view went from 4 messages to 6\n"
+        );
+        let head = store.load(&id("hist")).expect("load");
+        assert_eq!(head.revision().as_u64(), 3);
+        assert_eq!(head.transcript(), original.transcript());
+        let listed = ws.run(&schema, &["sessions", "list"]).assert_success();
+        assert!(
+            line(&listed.stdout).contains("  RS    time travel"),
+            "{listed:#?}"
+        );
+        ws.run(&schema, &["sessions", "restore", "hist", "9"])
+            .assert_failure(1, &["has no revision 9", "nothing was restored"]);
+        ws.run(&schema, &["sessions", "restore", "nobody", "1"])
+            .assert_failure(1, &["session nobody not found"]);
+    }
+
+    #[test]
+    fn compact_and_restore_in_chat_work_on_a_postgres_session() {
+        let schemas = Schemas::new();
+        let ws = Workspace::new();
+        let original = snapshot("hist", "time travel", 5);
+        let (schema, store) = schema_with(&schemas, std::slice::from_ref(&original));
+        let line = |listing: &str| {
+            listing
+                .lines()
+                .find(|l| l.starts_with("hist "))
+                .unwrap_or_else(|| panic!("hist is not listed: {listing}"))
+                .to_owned()
+        };
+
+        let compacted = ws
+            .run(
+                &schema,
+                &["sessions", "compact", "hist", "--keep-turns", "1"],
+            )
+            .assert_success();
+        assert!(
+            compacted.stdout.starts_with(
+                "compacted session hist, now revision 2: its first 4 messages became a summary of 1 message; the view went from 6 to 3 messages\nthe summary was made offline"
+            ),
+            "{compacted:#?}"
+        );
+        let head = store.load(&id("hist")).expect("load");
+        assert_eq!(head.transcript().len(), 3);
+        assert_eq!(&head.transcript()[1..], &original.transcript()[4..]);
+        let listed = ws.run(&schema, &["sessions", "list"]).assert_success();
+        assert!(
+            line(&listed.stdout).contains("  C     time travel"),
+            "{listed:#?}"
+        );
+        ws.run(
+            &schema,
+            &["sessions", "compact", "hist", "--keep-turns", "5"],
+        )
+        .assert_failure(1, &["has nothing to compact", "nothing was compacted"]);
+        assert_eq!(
+            store.load(&id("hist")).expect("load").revision().as_u64(),
+            2,
+            "a refused compaction writes nothing"
+        );
+
+        // /restore in a chat on the same store undoes the compaction.
+        let chat = ws
+            .run_with_input(&schema, &["chat", "--resume", "hist"], b"/restore 1\n")
+            .assert_success();
+        assert!(
+            chat.stdout.contains(
+                "restored revision 1: the view went from 3 to 6 messages; saved as revision 3"
+            ),
+            "{chat:#?}"
+        );
+        assert_eq!(
+            store.load(&id("hist")).expect("load").transcript(),
+            original.transcript()
+        );
+    }
+
+    #[test]
     fn prune_deletes_from_the_postgres_store_what_the_limits_say() {
         let schemas = Schemas::new();
         let ws = Workspace::new();

@@ -10,13 +10,13 @@ use serde_json::{Map, Value};
 
 use super::upgrade;
 use super::{
-    HistoryStats, Lineage, PersistedOptions, SessionSnapshot, ToolCallRecord,
+    HistoryStats, Lineage, PersistedOptions, SessionSnapshot, SharedPrefix, ToolCallRecord,
     OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::{self, strict, Field, ObjectOnly, StrictValue};
-use crate::transcript::{ContentBlock, Message, RoleAlias};
+use crate::transcript::Message;
 use crate::usage::{Usage, UsageTotals};
 
 /// The decoded JSON form; only [`SessionSnapshot::from_json`] turns it into a snapshot,
@@ -36,6 +36,9 @@ struct Decoded {
     /// Absent, `null` or an object: a version 1 document must not have the field at all.
     #[serde(default)]
     lineage: Field<Lineage>,
+    /// Only in a store's checkpoint of a fork that shares its parent's first messages.
+    #[serde(default, deserialize_with = "optional_shared_prefix")]
+    shared_prefix: Option<SharedPrefix>,
     #[serde(deserialize_with = "strict::objects")]
     transcript: Vec<Message>,
     #[serde(deserialize_with = "strict::objects")]
@@ -56,6 +59,14 @@ struct EncodedHead<'a> {
     metadata: &'a Map<String, Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lineage: Option<&'a Lineage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_prefix: Option<&'a SharedPrefix>,
+}
+
+fn optional_shared_prefix<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<SharedPrefix>, D::Error> {
+    strict::object(d).map(Some)
 }
 
 /// A transcript encoded as a JSON array, in one or more consecutive chunks.
@@ -179,9 +190,22 @@ impl SessionSnapshot {
     /// - [`Error::UnsupportedSchemaVersion`] if the snapshot claims another schema version;
     /// - [`Error::Malformed`] for invalid JSON, wrong types, missing or unknown fields,
     ///   duplicate keys, invalid ids, or nesting deeper than 127 levels;
-    /// - [`Error::Inconsistent`] if the content contradicts itself (see the type docs).
+    /// - [`Error::Inconsistent`] if the content contradicts itself (see the type docs), or
+    ///   if it is a store's checkpoint of a fork that shares its first messages with its
+    ///   parent (`shared_prefix`), which holds only part of the session: load that session
+    ///   through its store.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         let mut snapshot = Self::decode_unvalidated(bytes)?;
+        if snapshot.share.is_some() {
+            return Err(Error::inconsistent(format!(
+                "session {} is a store's checkpoint that shares its first messages with its parent session {}, so it does not hold the whole session; load it through its store",
+                snapshot.id,
+                snapshot
+                    .lineage
+                    .as_ref()
+                    .map_or_else(|| "(none named)".to_owned(), |l| l.parent.to_string())
+            )));
+        }
         snapshot.validate()?;
         Ok(snapshot)
     }
@@ -192,26 +216,36 @@ impl SessionSnapshot {
         let decoded: Decoded = decode_versioned(
             bytes,
             |d: &Decoded| d.schema_version,
-            // What the steps add since version 1 (`lineage`) must be absent, not just null.
+            // What the steps add since the document's version must be absent (`lineage`
+            // not even null), so that decoding it directly gives what upgrading would.
             |d: &Decoded| {
-                d.lineage.is_absent()
-                    && !d.transcript.iter().any(|m| {
-                        m.wire.role == Some(RoleAlias::Model)
-                            || m.content.iter().any(
-                                |b| matches!(b, ContentBlock::ToolCall(call) if call.wire.custom),
-                            )
-                    })
+                let since_2 =
+                    d.shared_prefix.is_none() && !d.transcript.iter().any(Message::uses_schema_3);
+                let since_1 =
+                    d.lineage.is_absent() && !d.transcript.iter().any(Message::uses_schema_2);
+                match d.schema_version {
+                    2 => since_2,
+                    _ => since_2 && since_1,
+                }
             },
         )?;
-        Ok(SessionSnapshot::from_decoded(
+        let lineage = decoded.lineage.into_option();
+        if decoded.shared_prefix.is_some() && lineage.is_none() {
+            return Err(Error::inconsistent(
+                "the snapshot says it shares its first messages with its parent (`shared_prefix`) but names no parent (`lineage`)",
+            ));
+        }
+        let mut snapshot = SessionSnapshot::from_decoded(
             decoded.id,
             decoded.revision,
             (decoded.created_at, decoded.updated_at),
             decoded.options,
             decoded.metadata,
-            decoded.lineage.into_option(),
+            lineage,
             (decoded.transcript, decoded.tool_calls, decoded.usage),
-        ))
+        );
+        snapshot.share = decoded.shared_prefix;
+        Ok(snapshot)
     }
 
     /// A snapshot of decoded fields, not yet validated.
@@ -242,6 +276,7 @@ impl SessionSnapshot {
             metadata_too_deep: None,
             history: HistoryStats::default(),
             replaces_history: false,
+            share: None,
         }
     }
 
@@ -288,6 +323,32 @@ impl SessionSnapshot {
     ///
     /// As [`to_json`](Self::to_json).
     pub fn to_json_with_revision(&self, revision: Revision) -> Result<Vec<u8>> {
+        self.encode(revision, None)
+    }
+
+    /// The checkpoint a store writes for this snapshot, a fork whose first
+    /// `lineage.fork_point` messages are its parent's history `shared`: the snapshot with
+    /// those messages (and their tool-call records) left out and `shared_prefix` saying
+    /// whose they are. Only a store that keeps the parent may write it.
+    pub(crate) fn to_sharing_checkpoint(
+        &self,
+        revision: Revision,
+        shared: SharedPrefix,
+    ) -> Result<Vec<u8>> {
+        let cut = self.lineage.as_ref().map_or(0, |l| l.fork_point);
+        let mut own = self.clone();
+        own.transcript = Arc::new(self.transcript.get(cut..).unwrap_or_default().to_vec());
+        own.tool_calls = Arc::new(
+            self.tool_calls
+                .iter()
+                .filter(|r| r.call_at.message >= cut)
+                .cloned()
+                .collect(),
+        );
+        own.encode(revision, Some(shared))
+    }
+
+    fn encode(&self, revision: Revision, shared_prefix: Option<SharedPrefix>) -> Result<Vec<u8>> {
         let failed = |source| Error::Encode {
             id: self.id.clone(),
             source,
@@ -308,6 +369,7 @@ impl SessionSnapshot {
                 options: &self.options,
                 metadata: &self.metadata,
                 lineage: self.lineage.as_ref(),
+                shared_prefix: shared_prefix.as_ref(),
             },
         )
         .map_err(failed)?;

@@ -269,7 +269,9 @@ impl SessionSnapshot {
             })
     }
 
-    /// What this snapshot is known to share with a stored revision.
+    /// What this snapshot is known to share with a stored revision (the PostgreSQL store
+    /// reads it; the file store works from the log's own state).
+    #[cfg(feature = "postgres")]
     pub(crate) fn provenance(&self) -> Option<&Provenance> {
         self.provenance.as_ref()
     }
@@ -640,10 +642,11 @@ impl SessionSnapshot {
     /// ```
     pub fn with_appended(
         mut self,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
         usage: Vec<Usage>,
         updated_at: DateTime<Utc>,
     ) -> Result<Self> {
+        crate::transcript::seal(&mut messages);
         let offset = self.transcript.len();
         if let Err(e) = check_depths(&self.id, offset, &messages, None) {
             messages.into_iter().for_each(dismantle_message);

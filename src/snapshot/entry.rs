@@ -629,6 +629,37 @@ pub(crate) fn entry_of_record(change: Change, before: Counts) -> LogEntry {
     }
 }
 
+impl LogEntry {
+    /// The entry that makes revision `to`'s view, options and metadata the state again
+    /// at `revision`, once the state was at `revision - 1`; `state` is the lengths it
+    /// makes (`to`'s view and records, and the usage so far, which is never taken back).
+    /// Written from the log's heads alone, so it costs the same however long the history.
+    pub(crate) fn restoring(
+        revision: Revision,
+        updated_at: DateTime<Utc>,
+        to: Revision,
+        state: Counts,
+    ) -> Self {
+        LogEntry {
+            head: EntryHead {
+                revision,
+                updated_at,
+                kind: EntryKind::Restore,
+                base: Some(to),
+                keep: None,
+                prepend: 0,
+                messages: 0,
+                usage_kept: None,
+                usage: Vec::new(),
+                options: None,
+                metadata: None,
+                state,
+            },
+            body: EntryBody::default(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -415,8 +415,9 @@ impl Stash {
         }
     }
 
+    /// How many messages were stored, taken out or not (`take_all` empties the vector).
     pub(crate) fn len(&self) -> usize {
-        self.messages.len()
+        self.taken.len()
     }
 
     /// Message `i`, unless it was taken already (or there is none).

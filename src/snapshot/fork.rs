@@ -79,6 +79,22 @@ impl Lineage {
     }
 }
 
+/// What a checkpoint that shares its first messages with its parent records of it
+/// (`shared_prefix` in `docs/FORMAT.md`): the parent's creation time (with the lineage's
+/// parent id and revision, which session's history the prefix is) and how many forks up
+/// the chain share one (1 for a fork of a session that holds its own messages), which
+/// bounds how far a load follows parents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SharedPrefix {
+    pub(crate) parent_created_at: DateTime<Utc>,
+    pub(crate) depth: u32,
+}
+
+/// The longest chain of forks that share their prefixes: a fork of a fork this deep
+/// holds its own copy, so a load follows at most this many parents.
+pub(crate) const MAX_SHARED_DEPTH: u32 = 8;
+
 /// Where to cut the parent's history when forking: the fork starts with the messages
 /// before the cut.
 ///
@@ -270,6 +286,15 @@ impl SessionSnapshot {
         }
         let cut = cut(&self.id, &self.transcript, &self.tool_calls, at)?;
         let now = Utc::now().max(self.created_at);
+        // Only what a store holds at this revision can be shared with it (a store that
+        // can then keeps the fork without a copy of the prefix).
+        let share = self
+            .is_unchanged_since_stored()
+            .then(|| SharedPrefix {
+                parent_created_at: self.created_at,
+                depth: self.share.map_or(0, |s| s.depth) + 1,
+            })
+            .filter(|s| s.depth <= MAX_SHARED_DEPTH);
         let fork = SessionSnapshot {
             id,
             revision: Revision::NEW,
@@ -293,6 +318,7 @@ impl SessionSnapshot {
             metadata_too_deep: None,
             history: HistoryStats::default(),
             replaces_history: false,
+            share,
         };
         let mut fork = fork;
         fork.validate()?;
@@ -327,6 +353,7 @@ impl SessionSnapshot {
             provenance: None,
             redacted_by: None,
             history: HistoryStats::default(),
+            share: None,
             ..self.clone()
         }
     }

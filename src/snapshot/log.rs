@@ -310,6 +310,22 @@ impl<'a> LogSource<'a> {
         }
     }
 
+    /// The lengths of the state the log starts from: the checkpoint's, with the prefix a
+    /// fork shares with its parent.
+    pub(crate) fn start_counts(&self) -> super::Counts {
+        let start = self.start();
+        super::Counts {
+            messages: start.prefix + start.messages,
+            tool_calls: start.tool_calls,
+            usage: start.usage,
+        }
+    }
+
+    /// Attaches the parent's state whose first messages a fork's checkpoint shares.
+    pub(crate) fn set_prefix(&mut self, parent: SessionSnapshot) {
+        self.prefix = Some(parent);
+    }
+
     fn prefix_len(&self) -> usize {
         match (&self.prefix, &self.checkpoint.lineage) {
             (Some(_), Some(lineage)) => lineage.fork_point,
@@ -329,8 +345,10 @@ impl<'a> LogSource<'a> {
         })
     }
 
-    /// The checkpoint and every entry, decoded: for rewriting the log elsewhere.
-    pub(crate) fn into_entries(self) -> Result<(SessionSnapshot, Vec<LogEntry>)> {
+    /// The checkpoint, the lengths of the state it starts (the shared prefix included)
+    /// and every entry, decoded: for rewriting the log elsewhere.
+    pub(crate) fn into_entries(self) -> Result<(SessionSnapshot, super::Counts, Vec<LogEntry>)> {
+        let counts = self.start_counts();
         let mut entries = Vec::with_capacity(self.heads.len());
         for (head, body) in self.heads.into_iter().zip(self.bodies) {
             let body = match body {
@@ -340,7 +358,36 @@ impl<'a> LogSource<'a> {
             check_body(&head, &body)?;
             entries.push(LogEntry { head, body });
         }
-        Ok((self.checkpoint, entries))
+        Ok((self.checkpoint, counts, entries))
+    }
+
+    /// The first revision the log holds, and the lengths of the state at it and at every
+    /// later one, from the heads alone.
+    pub(crate) fn revision_index(&self) -> (Revision, Vec<super::Counts>) {
+        let mut counts = Vec::with_capacity(self.heads.len() + 1);
+        counts.push(self.start_counts());
+        counts.extend(self.heads.iter().map(|head| head.state));
+        (self.checkpoint.revision, counts)
+    }
+
+    /// [`into_entries`](Self::into_entries), once the state they make is checked to load:
+    /// a log written again elsewhere must not carry damage along.
+    ///
+    /// # Errors
+    ///
+    /// As [`into_entries`](Self::into_entries) and [`state_at`](Self::state_at).
+    pub(crate) fn into_checked_entries(
+        self,
+    ) -> Result<(SessionSnapshot, super::Counts, Vec<LogEntry>)> {
+        let prefix = self.prefix.clone();
+        let (checkpoint, counts, entries) = self.into_entries()?;
+        let mut check = LogSource::new(checkpoint.clone());
+        check.prefix = prefix;
+        for entry in &entries {
+            check.push(entry.clone());
+        }
+        check.state_at(None)?;
+        Ok((checkpoint, counts, entries))
     }
 
     /// The revisions the log holds, oldest first.
@@ -630,6 +677,7 @@ fn assemble(
         compactions: folded.counters.compactions,
         restores: folded.counters.restores,
     };
+    snapshot.share = checkpoint.share;
     snapshot.validate()?;
     Ok(snapshot)
 }

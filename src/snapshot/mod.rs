@@ -43,6 +43,7 @@ pub(crate) use entry::{
 };
 pub use entry::{EntryKind, LogEntry};
 pub use fork::{ForkAt, Lineage};
+pub(crate) use fork::{SharedPrefix, MAX_SHARED_DEPTH};
 pub(crate) use log::LogSource;
 pub use log::{History, HistoryMessage, HistoryStats, RevisionInfo, SessionLog, Standing};
 pub(crate) use record::{counts_after, decode_record};
@@ -55,7 +56,7 @@ use validate::{check_depths, check_not_in_the_future, pair_tool_calls};
 /// The snapshot schema version this release writes. It reads every version from
 /// [`OLDEST_SCHEMA_VERSION`] up to this one, upgrading older ones as they are decoded
 /// (see `docs/FORMAT.md`, "Version history").
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest snapshot schema version this release still reads.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
@@ -255,6 +256,10 @@ pub struct SessionSnapshot {
     /// add to it: set when redaction changed messages the store already holds (the
     /// stored history would keep the text the redactor now removes).
     replaces_history: bool,
+    /// For a fork made from a stored revision, or one loaded from a checkpoint that shares
+    /// its parent's messages: the parent's history its first messages are. Not part of its
+    /// value.
+    share: Option<SharedPrefix>,
 }
 
 impl PartialEq for SessionSnapshot {
@@ -367,6 +372,11 @@ impl SessionSnapshot {
         self.replaces_history
     }
 
+    /// The parent's history this snapshot's first messages are, if known (see the field).
+    pub(crate) fn share(&self) -> Option<SharedPrefix> {
+        self.share
+    }
+
     /// Sets what the store's log holds beyond this state (a store, for what it loads).
     pub(crate) fn set_history_stats(&mut self, stats: HistoryStats) {
         self.history = stats;
@@ -447,6 +457,7 @@ impl SessionSnapshot {
             metadata_too_deep: parts.metadata_too_deep,
             history: parts.history,
             replaces_history: false,
+            share: None,
         };
         #[cfg(debug_assertions)]
         if snapshot.metadata_too_deep.is_none() {
@@ -644,7 +655,8 @@ impl SnapshotBuilder {
     /// time lies in the future ([`CLOCK_SKEW_TOLERANCE`](crate::CLOCK_SKEW_TOLERANCE)), or
     /// [`interrupted`](Self::interrupted) or [`interrupted_at`](Self::interrupted_at) names
     /// a call the transcript does not have.
-    pub fn build(self) -> Result<SessionSnapshot> {
+    pub fn build(mut self) -> Result<SessionSnapshot> {
+        crate::transcript::seal(&mut self.transcript);
         let now = Utc::now();
         for (field, at) in [
             ("created_at", self.created_at),
@@ -721,6 +733,7 @@ impl SnapshotBuilder {
             metadata_too_deep: None,
             history: HistoryStats::default(),
             replaces_history: false,
+            share: None,
         };
         let mut snapshot = snapshot;
         snapshot.validate()?;

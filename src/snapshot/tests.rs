@@ -274,10 +274,13 @@ fn the_canonical_header_is_read_without_decoding_the_rest() {
             String::from_utf8_lossy(odd)
         );
     }
-    let newer = br#"{"schema_version":3,"id":"t","revision":1,"created_at":"x"}"#;
+    let newer = format!(
+        r#"{{"schema_version":{},"id":"t","revision":1,"created_at":"x"}}"#,
+        SCHEMA_VERSION + 1
+    );
     assert!(matches!(
-        SessionSnapshot::peek_header(newer, true),
-        Err(Error::UnsupportedSchemaVersion { found: 3, .. })
+        SessionSnapshot::peek_header(newer.as_bytes(), true),
+        Err(Error::UnsupportedSchemaVersion { found, .. }) if found == u64::from(SCHEMA_VERSION) + 1
     ));
     // An older version's header is read the same way: a store keeps bases written by
     // older releases and appends to them.
@@ -292,11 +295,11 @@ fn the_canonical_header_is_read_without_decoding_the_rest() {
 fn versions_are_checked_before_fields() {
     let snapshot = SessionSnapshot::builder(id(), "m").build().unwrap();
     let mut value: Value = serde_json::from_slice(&snapshot.to_json().unwrap()).unwrap();
-    value["schema_version"] = json!(3);
-    value["new_field_of_v3"] = json!(true);
+    value["schema_version"] = json!(SCHEMA_VERSION + 1);
+    value["new_field_of_a_later_version"] = json!(true);
     let err = SessionSnapshot::from_json(value.to_string().as_bytes()).unwrap_err();
     assert!(
-        matches!(err, Error::UnsupportedSchemaVersion { found: 3, .. }),
+        matches!(err, Error::UnsupportedSchemaVersion { found, .. } if found == u64::from(SCHEMA_VERSION) + 1),
         "{err}"
     );
 

@@ -131,7 +131,10 @@ fn documents() -> Vec<(String, Vec<u8>)> {
 fn every_document_decodes_to_what_the_whole_decoder_gives_at_any_window() {
     for (what, bytes) in documents() {
         let whole = SessionSnapshot::decode_unvalidated(&bytes).expect(&what);
-        let current = whole.schema_version() == crate::SCHEMA_VERSION && !what.contains("/v1/");
+        // Documents of an earlier version (the golden fixtures) are upgraded by the whole
+        // decoder; the windowed one may leave them to it.
+        let written: Value = serde_json::from_slice(&bytes).expect(&what);
+        let current = written["schema_version"] == crate::SCHEMA_VERSION;
         for (step, chunk) in [
             (usize::MAX, super::CHUNK),
             (1, 1),

@@ -330,7 +330,8 @@ pub trait SessionStore: Send + Sync {
     /// The default implementation loads the head and `revision`
     /// ([`load_at`](Self::load_at)) and saves the head restored
     /// ([`SessionSnapshot::restore_from`]). [`FileSessionStore`] appends the restore
-    /// without reading the session.
+    /// without reading the session (after its first restore of a session in a process,
+    /// which reads the log's entry heads once).
     ///
     /// # Errors
     ///
@@ -338,11 +339,21 @@ pub trait SessionStore: Send + Sync {
     /// the store does not keep `revision`; [`Error::Conflict`] if another writer saved the
     /// session meanwhile; storage errors otherwise. Nothing is written on error.
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
-        let mut head = self.load(id)?;
-        let past = self.load_at(id, revision)?;
-        head.restore_from(&past)?;
-        self.save(&head)
+        restore_by_saving(self, id, revision)
     }
+}
+
+/// [`SessionStore::restore`] through the store's own `load`, `load_at` and `save`: the
+/// default, and the way back of a store whose faster restore does not apply.
+pub(crate) fn restore_by_saving<S: SessionStore + ?Sized>(
+    store: &S,
+    id: &SessionId,
+    revision: Revision,
+) -> Result<Revision> {
+    let mut head = store.load(id)?;
+    let past = store.load_at(id, revision)?;
+    head.restore_from(&past)?;
+    store.save(&head)
 }
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {

@@ -19,9 +19,9 @@
 use serde_json::{Map, Value};
 
 use super::{
-    as_object, block_error, conversion, json_kind, openai, take_string, ContentBlock, ContentShape,
-    Message, MessageWire, Role, TextBlock, ToolArguments, ToolCall, ToolCallWire, ToolOutput,
-    ToolResult, ToolResultWire,
+    block_error, conversion, into_object, json_kind, openai, take_string, ContentBlock,
+    ContentShape, Message, MessageWire, Role, TextBlock, ToolArguments, ToolCall, ToolCallWire,
+    ToolOutput, ToolResult, ToolResultWire,
 };
 use crate::error::Result;
 
@@ -108,8 +108,8 @@ pub(super) fn only_block(kind: &str) -> Option<&'static str> {
 pub(super) const IMAGE_MEDIA_TYPES: &[&str] =
     &["image/jpeg", "image/png", "image/gif", "image/webp"];
 
-pub(super) fn decode(message: &Value) -> Result<Message> {
-    let mut object = as_object(message, PROVIDER, "a message")?;
+pub(super) fn decode(message: Value) -> Result<Message> {
+    let mut object = into_object(message, PROVIDER, "a message")?;
     let role = match take_string(&mut object, "role", PROVIDER)?.as_str() {
         // Mid-conversation system messages (the `system` role of `MessageParam`).
         "system" => Role::System,
@@ -156,6 +156,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
         content,
         extra: object,
         wire,
+        rare: None,
     })
 }
 
@@ -168,7 +169,12 @@ fn decode_blocks(blocks: Vec<Value>) -> Result<Vec<ContentBlock>> {
 }
 
 fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
-    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+    let kind = block
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let kind = kind.as_str();
     if kind == "image_url" || openai::only_part(kind).is_some() {
         return Err(block_error(
             PROVIDER,
@@ -178,7 +184,7 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
     }
     match kind {
         "text" if block.get("text").is_some_and(Value::is_string) => {
-            let mut object = as_object(&block, PROVIDER, "a text block")?;
+            let mut object = into_object(block, PROVIDER, "a text block")?;
             object.remove("type");
             let text = take_string(&mut object, "text", PROVIDER)?;
             Ok(ContentBlock::Text(TextBlock {
@@ -186,39 +192,9 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
                 extra: object,
             }))
         }
-        "tool_use" => {
-            let mut object = as_object(&block, PROVIDER, "a tool_use block")?;
-            object.remove("type");
-            let id = take_string(&mut object, "id", PROVIDER)?;
-            let name = take_string(&mut object, "name", PROVIDER)?;
-            let input = object
-                .remove("input")
-                .ok_or_else(|| conversion(PROVIDER, format!("tool_use {id:?} has no `input`")))?;
-            // What `encode` refuses or drops, so that it gives back every block accepted here.
-            if !input.is_object() {
-                return Err(block_error(
-                    PROVIDER,
-                    &format!("content block {index} (tool_use {id:?})"),
-                    format!("`input` must be a JSON object, found {}", json_kind(&input)),
-                ));
-            }
-            if object.contains_key("index") {
-                return Err(block_error(
-                    PROVIDER,
-                    &format!("content block {index} (tool_use {id:?})"),
-                    "`index` is a field of OpenAI streamed tool calls, not of Anthropic tool_use blocks",
-                ));
-            }
-            Ok(ContentBlock::tool_call(ToolCall {
-                id,
-                name,
-                arguments: ToolArguments::Json(input),
-                extra: object,
-                wire: ToolCallWire::default(),
-            }))
-        }
+        "tool_use" => decode_tool_use(index, block),
         "tool_result" => {
-            let mut object = as_object(&block, PROVIDER, "a tool_result block")?;
+            let mut object = into_object(block, PROVIDER, "a tool_result block")?;
             object.remove("type");
             let call_id = take_string(&mut object, "tool_use_id", PROVIDER)?;
             let mut wire = ToolResultWire::default();
@@ -265,6 +241,47 @@ fn decode_block(index: usize, block: Value) -> Result<ContentBlock> {
         }
         _ => Ok(ContentBlock::Other { value: block }),
     }
+}
+
+fn decode_tool_use(index: usize, block: Value) -> Result<ContentBlock> {
+    let mut object = into_object(block, PROVIDER, "a tool_use block")?;
+    object.remove("type");
+    let id = take_string(&mut object, "id", PROVIDER)?;
+    let name = take_string(&mut object, "name", PROVIDER)?;
+    let input = object
+        .remove("input")
+        .ok_or_else(|| conversion(PROVIDER, format!("tool_use {id:?} has no `input`")))?;
+    // What `encode` refuses or drops, so that it gives back every block accepted here.
+    if !input.is_object() {
+        return Err(block_error(
+            PROVIDER,
+            &format!("content block {index} (tool_use {id:?})"),
+            format!("`input` must be a JSON object, found {}", json_kind(&input)),
+        ));
+    }
+    if let Some((key, whose)) = [
+        ("index", "OpenAI streamed tool calls"),
+        (
+            "extra_content",
+            "tool calls in Gemini's OpenAI compatibility mode",
+        ),
+    ]
+    .into_iter()
+    .find(|(key, _)| object.contains_key(*key))
+    {
+        return Err(block_error(
+            PROVIDER,
+            &format!("content block {index} (tool_use {id:?})"),
+            format!("`{key}` is a field of {whose}, not of Anthropic tool_use blocks"),
+        ));
+    }
+    Ok(ContentBlock::tool_call(ToolCall {
+        id,
+        name,
+        arguments: ToolArguments::Json(input),
+        extra: object,
+        wire: ToolCallWire::default(),
+    }))
 }
 
 pub(super) fn encode(message: &Message) -> Result<Value> {
@@ -355,8 +372,10 @@ fn encode_block(block: &ContentBlock, role: Role, at: &At<'_>) -> Result<Value> 
         }
         ContentBlock::ToolCall(call) => {
             let mut object = call.extra.clone();
-            // The position of a streamed OpenAI tool call: nothing to Anthropic.
+            // The position of a streamed OpenAI tool call, and the thought signature Gemini's
+            // OpenAI compatibility mode puts on its calls: nothing to Anthropic.
             object.remove("index");
+            object.remove("extra_content");
             object.insert("id".to_owned(), Value::String(call.id.clone()));
             object.insert("name".to_owned(), Value::String(call.name.clone()));
             object.insert("input".to_owned(), tool_input(call, at)?);
@@ -510,6 +529,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The decoder, on a borrowed value (the tests keep theirs to compare).
+    fn decode(message: &Value) -> Result<Message> {
+        super::decode(message.clone())
+    }
+
     fn round_trip(wire: &Value) -> Message {
         super::super::tests::assert_round_trip(decode, encode, wire)
     }
@@ -557,7 +581,7 @@ mod tests {
 
     #[allow(clippy::needless_pass_by_value)] // callers pass json! literals
     fn from_openai(wire: Value) -> Message {
-        super::super::openai::decode(&wire).unwrap()
+        super::super::openai::decode(wire).unwrap()
     }
 
     #[test]

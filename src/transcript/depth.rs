@@ -19,12 +19,32 @@ enum Node<'a> {
 /// How deep `message` nests in its JSON form (the one a snapshot stores), counting the
 /// message's own object as 1: exactly what scanning `serde_json::to_vec(message)` finds.
 pub(crate) fn message_depth(message: &Message) -> usize {
+    // Stored as `{"<codec>": <the provider's text>}`.
+    if let Some(raw) = message.raw() {
+        return 1 + raw.depth;
+    }
     let mut stack = vec![(Node::Blocks(&message.content), 2)];
     if !message.extra.is_empty() {
         stack.push((Node::Map(&message.extra), 2));
     }
-    // The wire object holds only scalars.
-    let floor = if message.wire.is_default() { 1 } else { 2 };
+    // The wire object holds only scalars, but for a Responses group's layout: a list of
+    // objects (level 4), whose `message` objects sit at level 5.
+    let floor = match message.items() {
+        _ if message.has_no_hints() => 1,
+        None => 2,
+        Some(items) => {
+            for item in items {
+                if let Some(envelope) = &item.message {
+                    stack.push((Node::Map(envelope), 5));
+                }
+            }
+            if items.is_empty() {
+                3
+            } else {
+                4
+            }
+        }
+    };
     deepest(stack, floor)
 }
 
@@ -85,6 +105,9 @@ fn deepest(mut stack: Vec<(Node<'_>, usize)>, floor: usize) -> usize {
                         }
                         if !result.wire.is_default() {
                             deepest = deepest.max(inner);
+                            if !result.wire.function_extra.is_empty() {
+                                stack.push((Node::Map(&result.wire.function_extra), inner + 1));
+                            }
                         }
                     }
                     ContentBlock::Other { value } => stack.push((Node::Value(value), inner)),
@@ -96,8 +119,15 @@ fn deepest(mut stack: Vec<(Node<'_>, usize)>, floor: usize) -> usize {
 }
 
 /// Drops `message` without recursing into what it holds.
-pub(crate) fn dismantle_message(message: Message) {
+pub(crate) fn dismantle_message(mut message: Message) {
     json::dismantle_map(message.extra);
+    if let Some(items) = message.rare.take().and_then(|rare| rare.items) {
+        for item in items {
+            if let Some(envelope) = item.message {
+                json::dismantle_map(envelope);
+            }
+        }
+    }
     dismantle_blocks(message.content);
 }
 
@@ -124,6 +154,7 @@ fn dismantle_blocks(mut blocks: Vec<ContentBlock>) {
                     blocks.extend(inner);
                 }
                 json::dismantle_map(result.extra);
+                json::dismantle_map(result.wire.function_extra);
             }
             ContentBlock::Other { value } => json::dismantle(value),
         }
@@ -195,6 +226,26 @@ mod tests {
         let mut with_role = Message::system("x");
         with_role.wire.role = Some(super::super::RoleAlias::Developer);
         messages.push(with_role);
+        // The provider form, a Responses group's layout, a Gemini result's fields.
+        messages.push(
+            Message::from_openai_chat_json(r#"{"role":"user","content":"x","d":[[{"a":[1]}]]}"#)
+                .expect("import"),
+        );
+        let mut group = Message::from_responses(&json!([
+            {"type": "message", "role": "assistant", "id": "m", "content": "a", "x": {"y": [nested(3)]}},
+            {"type": "reasoning", "summary": []}
+        ]))
+        .expect("import");
+        messages.push(group.clone());
+        group.set_items(Some(Vec::new()));
+        messages.push(group);
+        let mut gemini = Message::from_gemini(&json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "f", "response": {}, "parts": [{"k": nested(4)}]}}
+        ]}))
+        .expect("import");
+        messages.push(gemini.clone());
+        gemini.wire.codec = None;
+        messages.push(gemini);
         for message in &messages {
             assert_eq!(message_depth(message), scanned(message), "{message:?}");
         }

@@ -2,15 +2,25 @@
 //!
 //! A [`Message`] has a [`Role`] and a list of [`ContentBlock`]s: text, a tool call, a tool
 //! result, or any other provider block kept verbatim. Fields a provider sends that the model
-//! does not name are kept in `extra` maps, and [`Message::from_openai_chat`] /
-//! [`Message::from_anthropic`] record the few shape details (a string `content` versus a
-//! list, `null` versus absent) needed to give the provider back exactly what it sent.
+//! does not name are kept in `extra` maps, and the codecs ([`Codec`]: OpenAI Chat, OpenAI
+//! Responses, Anthropic, Gemini) record the few shape details (a string `content` versus a
+//! list, `null` versus absent) needed to give the provider back what it sent. A message
+//! imported from JSON text ([`Message::from_json`]) also keeps that text, and is given back
+//! and stored as it (`exact`, `stored`).
 
 mod anthropic;
 mod depth;
+mod exact;
+mod foreign;
+mod gemini;
+mod lexer;
 mod openai;
+mod responses;
+mod stored;
 
 pub(crate) use depth::{blocks_depth, dismantle_message, dismantle_output, message_depth};
+pub use exact::Codec;
+pub(crate) use exact::{seal, seal_one};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -66,29 +76,51 @@ pub enum Role {
 /// assert_eq!(message.to_openai_chat()?, wire);
 /// # Ok::<(), agent_session::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// # Exactly, or equal as a value
+///
+/// There are two ways in for each codec, and they keep different things:
+///
+/// * **From JSON text** ([`Message::from_json`], [`Message::from_openai_chat_json`],
+///   [`from_responses_json`](Message::from_responses_json),
+///   [`from_anthropic_json`](Message::from_anthropic_json),
+///   [`from_gemini_json`](Message::from_gemini_json), [`Codec::import`]): the provider's text
+///   is kept and given back byte for byte by the same codec's `to_*_json` (only
+///   insignificant whitespace is removed): object keys in their order, every number as
+///   written (integers beyond 64 bits, long decimals, `-0.0`, `1.0` apart from `1`, `1E3`),
+///   strings, unknown fields and types. It is also what a snapshot stores.
+/// * **From a [`serde_json::Value`]** ([`Message::from_openai_chat`],
+///   [`from_responses`](Message::from_responses), [`from_anthropic`](Message::from_anthropic),
+///   [`from_gemini`](Message::from_gemini)): what the `Value` has already lost is lost.
+///   Without `serde_json`'s `preserve_order` feature (which this crate does not turn on) its
+///   objects are sorted by key; without `arbitrary_precision`, an integer outside the 64-bit
+///   range or any number with a fraction or exponent is an `f64`, so
+///   `18446744073709551616` comes back as `1.8446744073709552e19`, `1.10` as `1.1`, `1E3` as
+///   `1000.0` and `-0` as `-0.0`, and decimals beyond 17 significant digits are rounded. The
+///   message is given back *equal as a value* to the input (the `to_*` methods), strings,
+///   `null` versus absent versus empty, and unknown fields kept; it is stored in the neutral
+///   form.
+///
+/// A message imported from text whose public fields are changed afterwards no longer
+/// matches its text: it is then exported from its fields, and stored in the neutral form,
+/// like one imported from a value.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Message {
     /// Who wrote it.
     pub role: Role,
     /// What it says, in order.
-    #[serde(deserialize_with = "strict::objects")]
     pub content: Vec<ContentBlock>,
     /// Provider fields the neutral model does not name (`name`, `refusal`, `id`, ...), kept
     /// verbatim.
-    #[serde(
-        default,
-        skip_serializing_if = "Map::is_empty",
-        deserialize_with = "strict::map"
-    )]
     pub extra: Map<String, Value>,
-    #[serde(
-        default,
-        skip_serializing_if = "MessageWire::is_default",
-        deserialize_with = "strict::object"
-    )]
+    /// Shape hints; serialized by `stored`.
     pub(crate) wire: MessageWire,
+    /// What few messages have: the provider's JSON text of a message imported from text
+    /// (see [`exact`]), a Responses group's layout. Behind one pointer, and beside `wire`
+    /// rather than in it, so that a message is no larger for it: a transcript of a million
+    /// short messages is mostly these structs.
+    pub(crate) rare: Option<Box<RareWire>>,
 }
 
 impl Message {
@@ -100,6 +132,7 @@ impl Message {
             content,
             extra: Map::new(),
             wire: MessageWire::default(),
+            rare: None,
         }
     }
 
@@ -193,6 +226,16 @@ impl Message {
     /// [`ContentBlock::ToolResult`]; text parts become [`ContentBlock::Text`]; every other
     /// part and field is kept verbatim. Tool-call `arguments` strings are kept byte for byte.
     ///
+    /// The legacy forms are read too: an assistant message's `function_call` object becomes
+    /// a tool call, and a `function` message (`{"role": "function", "name", "content"}`) a
+    /// [`Role::Tool`] result. Neither has an id, so both get `<name>-0`: the result answers
+    /// the latest unanswered call of that function, as the legacy API pairs them. The id is
+    /// never sent back, and each is given back in its legacy form.
+    ///
+    /// What the `Value` has already lost (key order, numbers beyond 64 bits or written with
+    /// more digits than an `f64` holds) cannot be given back: see [`Message`] for the text
+    /// entry points that keep it.
+    ///
     /// # Errors
     ///
     /// [`Error::Conversion`] if `message` is not an object, has an unknown role, has
@@ -204,7 +247,7 @@ impl Message {
     /// such a message with [`Message::from_anthropic`].
     pub fn from_openai_chat(message: &Value) -> Result<Self> {
         check_wire_depth("openai-chat", message)?;
-        checked_depth("openai-chat", openai::decode(message)?)
+        checked_depth("openai-chat", openai::decode(message.clone())?)
     }
 
     /// Converts to OpenAI Chat Completions form. A message that came from
@@ -222,7 +265,8 @@ impl Message {
     ///   are dropped; a `system` message stays a `system` message.
     ///
     /// Block types and fields that are neither provider's known ones are given back
-    /// verbatim and not checked.
+    /// verbatim and not checked. A message from the Responses API or Gemini is translated
+    /// or refused as [`Codec`] says.
     ///
     /// # Errors
     ///
@@ -239,6 +283,12 @@ impl Message {
     /// block and convert again.
     pub fn to_openai_chat(&self) -> Result<Value> {
         checked_depth("openai-chat", self)?;
+        if matches!(
+            self.wire.codec,
+            Some(Codec::OpenAiResponses | Codec::Gemini)
+        ) {
+            return openai::encode(&foreign::plain(self, "openai-chat", Codec::OpenAiChat)?);
+        }
         openai::encode(self)
     }
 
@@ -255,6 +305,10 @@ impl Message {
     /// right after a user turn, never two in a row), which a single message cannot be checked
     /// against. They are kept as they came and given back unchanged.
     ///
+    /// What the `Value` has already lost (key order, numbers beyond 64 bits or written with
+    /// more digits than an `f64` holds) cannot be given back: see [`Message`] for the text
+    /// entry points that keep it.
+    ///
     /// # Errors
     ///
     /// [`Error::Conversion`] if `message` is not an object, has a role other than `user`,
@@ -269,7 +323,7 @@ impl Message {
     /// a message with [`Message::from_openai_chat`].
     pub fn from_anthropic(message: &Value) -> Result<Self> {
         check_wire_depth("anthropic", message)?;
-        checked_depth("anthropic", anthropic::decode(message)?)
+        checked_depth("anthropic", anthropic::decode(message.clone())?)
     }
 
     /// Converts to Anthropic Messages form. A message that came from
@@ -292,7 +346,8 @@ impl Message {
     ///   call's `index` is dropped.
     ///
     /// Block types and fields that are neither provider's known ones are given back
-    /// verbatim and not checked.
+    /// verbatim and not checked. A message from the Responses API or Gemini is translated
+    /// or refused as [`Codec`] says.
     ///
     /// # Errors
     ///
@@ -309,7 +364,163 @@ impl Message {
     /// * any of the OpenAI fields above with a value.
     pub fn to_anthropic(&self) -> Result<Value> {
         checked_depth("anthropic", self)?;
+        if matches!(
+            self.wire.codec,
+            Some(Codec::OpenAiResponses | Codec::Gemini)
+        ) {
+            return anthropic::encode(&foreign::plain(self, "anthropic", Codec::Anthropic)?);
+        }
         anthropic::encode(self)
+    }
+
+    /// Converts an OpenAI Responses API item (a JSON object), or a group of items (a JSON
+    /// array, such as a response's `output`: reasoning, text and tool calls of one turn),
+    /// into one message. See the table below for what each item becomes.
+    ///
+    /// | item | message |
+    /// |---|---|
+    /// | `message` (with or without `type`) | its role (`developer`: [`Role::System`], given back as `developer`); `input_text` parts of user and system messages and `output_text` parts of assistant messages with a string `text` become [`ContentBlock::Text`] (the part's other fields, such as `annotations`, in its `extra`), other parts (`refusal`, images, files) [`ContentBlock::Other`]; the item's other fields (`type`, `id`, `status`, ...) go to `extra` |
+    /// | `function_call`, `custom_tool_call` | an assistant message with a [`ToolCall`]: `call_id` is its id, `arguments` (or a custom tool's `input`) its text arguments; the item's `id`, `status` and other fields go to the call's `extra` |
+    /// | `function_call_output`, `custom_tool_call_output` | a [`Role::Tool`] message with a [`ToolResult`] for `call_id`: a string `output` as text, a list as blocks |
+    /// | other `*_output` items, `mcp_approval_response` | a [`Role::Tool`] message holding the item as a [`ContentBlock::Other`] |
+    /// | any other item: `reasoning` (with `summary` and `encrypted_content`), `compaction`, `item_reference` (also without `type`), hosted tool calls (`web_search_call`, `file_search_call`, `code_interpreter_call`, `image_generation_call`, `computer_call`, `local_shell_call`, `shell_call`, `apply_patch_call`, `mcp_call`, ...), unknown types | an assistant message holding the item as a [`ContentBlock::Other`] |
+    ///
+    /// Every item of a group must have the same neutral role. Fields and part or item types
+    /// the table does not name are kept verbatim.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{Message, Role};
+    /// use serde_json::json;
+    ///
+    /// let item = json!({"type": "function_call_output", "call_id": "call_1", "output": "42"});
+    /// let message = Message::from_responses(&item)?;
+    /// assert_eq!(message.role, Role::Tool);
+    /// assert_eq!(message.to_responses()?, item);
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`] if `item` is not an object or a non-empty array of objects, if
+    /// a group mixes roles, if an item lacks what its type requires (a message's `role` and
+    /// `content`, a call's `call_id`, `name` and `arguments` / `input` as strings, an
+    /// output's `call_id` and `output`), has an unknown message role, or if the message
+    /// nests deeper than a stored session can hold.
+    pub fn from_responses(item: &Value) -> Result<Self> {
+        check_wire_depth("openai-responses", item)?;
+        checked_depth("openai-responses", responses::decode(item.clone())?)
+    }
+
+    /// Converts to OpenAI Responses items: an object for one item, an array for several
+    /// ([`Codec::export`] splices them into one input list). A message that came from
+    /// [`Message::from_responses`] and was not modified comes back equal to the input.
+    ///
+    /// A message from another provider, or built in Rust, is translated: text becomes
+    /// `message` items (an assistant's each its own, with string content), tool calls
+    /// `function_call` (or `custom_tool_call`) items with text arguments, tool results
+    /// `function_call_output` (or `custom_tool_call_output`) items; see the codec notes on
+    /// what is dropped and what is refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ContentBlock, Message, ToolCall};
+    /// use serde_json::json;
+    ///
+    /// let reply = Message::assistant(vec![
+    ///     ContentBlock::text("Checking."),
+    ///     ContentBlock::tool_call(ToolCall::new("call_1", "f", json!({"a": 1}))),
+    /// ]);
+    /// assert_eq!(reply.to_responses()?, json!([
+    ///     {"role": "assistant", "content": "Checking."},
+    ///     {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{\"a\":1}"}
+    /// ]));
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`], naming the block and why, for what the Responses API has no
+    /// place for: another provider's blocks (images, thinking, server tools, Gemini parts),
+    /// provider fields on a message, text, call or result (other than those dropped: see
+    /// [`Codec`]), a tool result marked as an error outside a [`Role::Tool`] message, tool
+    /// results with other than text blocks; or if the message nests too deep.
+    pub fn to_responses(&self) -> Result<Value> {
+        checked_depth("openai-responses", self)?;
+        responses::encode(self)
+    }
+
+    /// Converts a Gemini `generateContent` `Content` (`{"role": "user" | "model", "parts":
+    /// [...]}`) into a message: `text` parts become text, `functionCall` parts tool calls
+    /// with JSON arguments, `functionResponse` parts tool results whose output is the JSON
+    /// text of `response`; every other part (thoughts, inline and file data, code
+    /// execution) is kept verbatim. Keys are read in both spellings (`functionCall` or
+    /// `function_call`, `thoughtSignature` or `thought_signature`) and given back as they
+    /// came.
+    ///
+    /// Gemini's calls and responses often have no `id`: then a call gets the id
+    /// `<name>-<k>` (its rank among the content's calls of that name, from 0), and so does a
+    /// response, among the content's responses of that name, so that the `k`-th response to
+    /// a function answers its `k`-th call. Such ids are never sent back to Gemini.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::Message;
+    /// use serde_json::json;
+    ///
+    /// let content = json!({"role": "model", "parts": [
+    ///     {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"}
+    /// ]});
+    /// let message = Message::from_gemini(&content)?;
+    /// assert_eq!(message.tool_calls().next().map(|c| c.id.as_str()), Some("get_weather-0"));
+    /// assert_eq!(message.to_gemini()?, content);
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`] if `content` is not an object, has a role other than `user` or
+    /// `model`, `parts` that is not a list of objects, a `functionCall` without a string
+    /// `name` or with `args` that is not an object, a `functionResponse` without a string
+    /// `name` or an object `response`, or nests deeper than a stored session can hold.
+    pub fn from_gemini(content: &Value) -> Result<Self> {
+        check_wire_depth("gemini", content)?;
+        checked_depth("gemini", gemini::decode(content.clone())?)
+    }
+
+    /// Converts to a Gemini `Content`. A message that came from [`Message::from_gemini`] and
+    /// was not modified comes back equal to the input.
+    ///
+    /// A message from another provider, or built in Rust, is translated: text becomes
+    /// `text` parts, tool calls `functionCall` parts (text arguments parsed into `args`),
+    /// tool results `functionResponse` parts with `{"output": <text>}` (or `{"error":
+    /// <text>}` for an error) as `response`. A result needs its tool's name there, which a
+    /// result made in Rust does not carry: export the transcript with
+    /// [`Codec::export`], which finds it at the call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ContentBlock, Message};
+    /// use serde_json::json;
+    ///
+    /// let reply = Message::assistant(vec![ContentBlock::text("Hello")]);
+    /// assert_eq!(reply.to_gemini()?, json!({"role": "model", "parts": [{"text": "Hello"}]}));
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conversion`], naming the block and why: a system message (Gemini takes
+    /// system instructions apart from the contents), a tool result whose tool name is
+    /// unknown, arguments that are not a JSON object, another provider's blocks or provider
+    /// fields (other than those dropped: see [`Codec`]); or if the message nests too deep.
+    pub fn to_gemini(&self) -> Result<Value> {
+        checked_depth("gemini", self)?;
+        gemini::encode(self, None)
     }
 }
 
@@ -732,16 +943,77 @@ impl ListShape {
 }
 
 /// Shape hints for [`Message`]; empty for messages built in Rust.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct MessageWire {
+    pub(crate) content: ContentShape,
+    pub(crate) tool_calls: ListShape,
+    /// The provider's role name when it differs from the neutral one (`developer`).
+    pub(crate) role: Option<RoleAlias>,
+    /// The codec that decoded the message, for the codecs whose blocks the others cannot
+    /// tell by their type (OpenAI Responses, Gemini); `None` otherwise.
+    pub(crate) codec: Option<Codec>,
+    /// Gemini: the content had no `role` (it is then a user message).
+    pub(crate) role_absent: bool,
+}
+
+/// What few messages have (see [`Message`]'s `rare`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RareWire {
+    /// The provider's JSON text, for a message imported from text and not changed since;
+    /// never part of the neutral form (a message with it is stored as that text).
+    pub(crate) raw: Option<exact::Raw>,
+    /// OpenAI Responses: the message is a group of items (a JSON array), laid out so.
+    pub(crate) items: Option<Vec<ItemShape>>,
+}
+
+/// One item of an OpenAI Responses group: how many of the message's blocks it holds, and
+/// for a `message` item, its other fields and the shape of its `content`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ItemShape {
+    pub(crate) blocks: usize,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_map"
+    )]
+    pub(crate) message: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
+    pub(crate) content: ContentShape,
+}
+
+fn optional_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Map<String, Value>>, D::Error> {
+    strict::map(d).map(Some)
+}
+
+/// A message's `wire` object as stored: [`MessageWire`] and a Responses group's layout.
+#[derive(Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireRepr {
     #[serde(default, skip_serializing_if = "ContentShape::is_blocks")]
     pub(crate) content: ContentShape,
     #[serde(default, skip_serializing_if = "ListShape::is_derived")]
     pub(crate) tool_calls: ListShape,
-    /// The provider's role name when it differs from the neutral one (`developer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) role: Option<RoleAlias>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) codec: Option<Codec>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) role_absent: bool,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_items"
+    )]
+    pub(crate) items: Option<Vec<ItemShape>>,
+}
+
+fn optional_items<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Vec<ItemShape>>, D::Error> {
+    strict::objects(d).map(Some)
 }
 
 /// A provider's name for a role that differs from the neutral one. One byte rather than a
@@ -794,13 +1066,84 @@ impl<'de> Deserialize<'de> for RoleAlias {
     }
 }
 
-impl MessageWire {
-    fn is_default(&self) -> bool {
-        *self == MessageWire::default()
+impl Message {
+    /// The provider's text, if the message keeps it.
+    pub(crate) fn raw(&self) -> Option<&exact::Raw> {
+        self.rare.as_ref()?.raw.as_ref()
+    }
+
+    pub(crate) fn set_raw(&mut self, raw: Option<exact::Raw>) {
+        let items = self.rare.take().and_then(|rare| rare.items);
+        self.rare = RareWire::boxed(raw, items);
+    }
+
+    /// A Responses group's layout.
+    pub(crate) fn items(&self) -> Option<&[ItemShape]> {
+        self.rare.as_ref()?.items.as_deref()
+    }
+
+    pub(crate) fn set_items(&mut self, items: Option<Vec<ItemShape>>) {
+        let raw = self.rare.take().and_then(|rare| rare.raw);
+        self.rare = RareWire::boxed(raw, items);
+    }
+
+    /// Whether the message has the same shape hints as `other` (the provider text aside).
+    pub(crate) fn has_same_hints(&self, other: &Message) -> bool {
+        self.wire == other.wire && self.items() == other.items()
+    }
+
+    /// Whether the message has no shape hints (the provider text aside).
+    pub(crate) fn has_no_hints(&self) -> bool {
+        self.wire == MessageWire::default() && self.items().is_none()
+    }
+
+    /// Whether the message uses anything schema version 3 added: the provider form (its
+    /// provider's text), or a shape hint of the codecs added with it. A document of an
+    /// earlier version cannot hold such a message.
+    pub(crate) fn uses_schema_3(&self) -> bool {
+        self.raw().is_some()
+            || self.items().is_some()
+            || self.wire.codec.is_some()
+            || self.wire.role_absent
+            || self.content.iter().any(|block| match block {
+                ContentBlock::ToolCall(call) => {
+                    call.wire.legacy_function
+                        || call.wire.id_synthetic
+                        || call.wire.snake_case
+                        || call.wire.arguments_absent
+                }
+                ContentBlock::ToolResult(result) => {
+                    result.wire.custom
+                        || result.wire.name.is_some()
+                        || result.wire.id_synthetic
+                        || result.wire.response_json
+                        || result.wire.snake_case
+                        || !result.wire.function_extra.is_empty()
+                }
+                _ => false,
+            })
+    }
+
+    /// Whether the message uses anything schema version 2 added: the role alias `model`
+    /// or a custom tool call.
+    pub(crate) fn uses_schema_2(&self) -> bool {
+        self.wire.role == Some(RoleAlias::Model)
+            || self
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolCall(call) if call.wire.custom))
+    }
+}
+
+impl RareWire {
+    fn boxed(raw: Option<exact::Raw>, items: Option<Vec<ItemShape>>) -> Option<Box<RareWire>> {
+        (raw.is_some() || items.is_some()).then(|| Box::new(RareWire { raw, items }))
     }
 }
 
 /// Shape hints for [`ToolCall`].
+// Independent flags, each written as a JSON boolean; an enum would not say more.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ToolCallWire {
@@ -811,8 +1154,23 @@ pub(crate) struct ToolCallWire {
     /// whose free-form `input` is the call's text arguments.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) custom: bool,
+    /// OpenAI Chat: a legacy `function_call` of an assistant message (one per message,
+    /// no id of its own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) legacy_function: bool,
+    /// The provider gave the call no id (OpenAI's legacy `function_call`, Gemini's
+    /// `functionCall` without `id`): `id` was made from the tool's name and the call's rank
+    /// among the message's calls of that name (`get_weather-0`), and is not given back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) id_synthetic: bool,
+    /// Gemini: the part spelled its key in snake case (`function_call`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) snake_case: bool,
+    /// Gemini: the call had no `args` (the arguments are then `{}`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) arguments_absent: bool,
     /// OpenAI: fields inside `function` (or `custom`) other than `name` and `arguments`
-    /// (or `input`).
+    /// (or `input`); Gemini: fields of `functionCall` other than `id`, `name` and `args`.
     #[serde(
         default,
         skip_serializing_if = "Map::is_empty",
@@ -828,6 +1186,8 @@ impl ToolCallWire {
 }
 
 /// Shape hints for [`ToolResult`].
+// Independent flags, each written as a JSON boolean; an enum would not say more.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ToolResultWire {
@@ -837,6 +1197,30 @@ pub(crate) struct ToolResultWire {
     /// Anthropic: `is_error` was present (as `false` or `true`) rather than absent.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) is_error_present: bool,
+    /// OpenAI Responses: the output of a custom tool's call (`custom_tool_call_output`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) custom: bool,
+    /// The tool's name, for the providers whose results carry it (OpenAI's legacy
+    /// `function` messages, Gemini's `functionResponse`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    /// The provider gave the result no call id; `call_id` was made as for its call (see
+    /// the tool call's `id_synthetic`), and is not given back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) id_synthetic: bool,
+    /// Gemini: `output` is the JSON text of the `response` object.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) response_json: bool,
+    /// Gemini: the part spelled its key in snake case (`function_response`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) snake_case: bool,
+    /// Gemini: fields of `functionResponse` other than `id`, `name` and `response`.
+    #[serde(
+        default,
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "strict::map"
+    )]
+    pub(crate) function_extra: Map<String, Value>,
 }
 
 impl ToolResultWire {
@@ -921,12 +1305,14 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
-fn as_object(value: &Value, provider: &'static str, what: &str) -> Result<Map<String, Value>> {
+/// `value`'s object, moved out (the decoders own what they decode: copying each level as
+/// they went down made decoding a nested message quadratic in its depth).
+fn into_object(value: Value, provider: &'static str, what: &str) -> Result<Map<String, Value>> {
     match value {
-        Value::Object(map) => Ok(map.clone()),
+        Value::Object(map) => Ok(map),
         other => Err(conversion(
             provider,
-            format!("{what} must be a JSON object, found {}", json_kind(other)),
+            format!("{what} must be a JSON object, found {}", json_kind(&other)),
         )),
     }
 }

@@ -18,7 +18,7 @@
 use serde_json::{Map, Value};
 
 use super::{
-    anthropic, as_object, block_error, conversion, json_kind, take_string, ContentBlock,
+    anthropic, block_error, conversion, into_object, json_kind, take_string, ContentBlock,
     ContentShape, ListShape, Message, MessageWire, Role, RoleAlias, TextBlock, ToolArguments,
     ToolCall, ToolCallWire, ToolOutput, ToolResult, ToolResultWire,
 };
@@ -81,9 +81,12 @@ fn decode_role(name: &str) -> Result<(Role, Option<RoleAlias>)> {
     })
 }
 
-pub(super) fn decode(message: &Value) -> Result<Message> {
-    let mut object = as_object(message, PROVIDER, "a message")?;
+pub(super) fn decode(message: Value) -> Result<Message> {
+    let mut object = into_object(message, PROVIDER, "a message")?;
     let role_name = take_string(&mut object, "role", PROVIDER)?;
+    if role_name == "function" {
+        return decode_function_result(object);
+    }
     let mut wire = MessageWire::default();
     let (role, alias) = decode_role(&role_name)?;
     wire.role = alias;
@@ -112,7 +115,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
         vec![ContentBlock::tool_result(ToolResult {
             wire: ToolResultWire {
                 output: shape,
-                is_error_present: false,
+                ..ToolResultWire::default()
             },
             ..ToolResult::new(call_id, output)
         })]
@@ -152,7 +155,7 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
                 wire.tool_calls = ListShape::Empty;
             }
             for call in calls {
-                content.push(ContentBlock::tool_call(decode_tool_call(&call)?));
+                content.push(ContentBlock::tool_call(decode_tool_call(call)?));
             }
         }
         Some(other) => {
@@ -163,11 +166,85 @@ pub(super) fn decode(message: &Value) -> Result<Message> {
         }
     }
 
+    // The legacy form of a call: one `function_call` per assistant message, without an id.
+    if role == Role::Assistant {
+        if let Some(call) = take_legacy_call(&mut object)? {
+            content.push(ContentBlock::tool_call(call));
+        }
+    }
+
     Ok(Message {
         role,
         content,
         extra: object,
         wire,
+        rare: None,
+    })
+}
+
+/// The legacy `function_call` object of an assistant message, taken out of `object`.
+fn take_legacy_call(object: &mut Map<String, Value>) -> Result<Option<ToolCall>> {
+    let Some(Value::Object(call)) = object.get("function_call") else {
+        return Ok(None);
+    };
+    let mut call = call.clone();
+    object.remove("function_call");
+    let name = take_string(&mut call, "name", PROVIDER)?;
+    let arguments = take_string(&mut call, "arguments", PROVIDER)?;
+    Ok(Some(ToolCall {
+        id: legacy_call_id(&name),
+        name,
+        arguments: ToolArguments::Text(arguments),
+        extra: Map::new(),
+        wire: ToolCallWire {
+            legacy_function: true,
+            id_synthetic: true,
+            function_extra: call,
+            ..ToolCallWire::default()
+        },
+    }))
+}
+
+/// The id of a legacy `function_call` and of the `function` message answering it: the
+/// function's name and rank, as Gemini's id-less calls get (one call per message, so 0).
+/// The legacy API answers a call with the next `function` message of that name; pairing
+/// by this id does the same, since an id may be used again once its call is answered.
+fn legacy_call_id(name: &str) -> String {
+    format!("{name}-0")
+}
+
+/// A legacy `function` message (`{"role": "function", "name", "content"}`): the result of
+/// the latest `function_call` of that name.
+fn decode_function_result(mut object: Map<String, Value>) -> Result<Message> {
+    let name = take_string(&mut object, "name", PROVIDER)?;
+    let (output, shape) = match object.remove("content") {
+        Some(Value::String(text)) => (ToolOutput::Text(text), ContentShape::Blocks),
+        Some(Value::Null) => (ToolOutput::Text(String::new()), ContentShape::Null),
+        None => (ToolOutput::Text(String::new()), ContentShape::Absent),
+        Some(other) => {
+            return Err(conversion(
+                PROVIDER,
+                format!(
+                    "a function message's content must be a string or null, found {}",
+                    json_kind(&other)
+                ),
+            ))
+        }
+    };
+    Ok(Message {
+        role: Role::Tool,
+        content: vec![ContentBlock::tool_result(ToolResult {
+            wire: ToolResultWire {
+                output: shape,
+                name: Some(name.clone()),
+                id_synthetic: true,
+                ..ToolResultWire::default()
+            },
+            ..ToolResult::new(legacy_call_id(&name), output)
+        })],
+        extra: object,
+        wire: MessageWire::default(),
+        rare: None,
     })
 }
 
@@ -213,8 +290,8 @@ fn decode_part(index: usize, part: Value) -> Result<ContentBlock> {
     }))
 }
 
-fn decode_tool_call(call: &Value) -> Result<ToolCall> {
-    let mut object = as_object(call, PROVIDER, "a tool call")?;
+fn decode_tool_call(call: Value) -> Result<ToolCall> {
+    let mut object = into_object(call, PROVIDER, "a tool call")?;
     let id = take_string(&mut object, "id", PROVIDER)?;
     if object.contains_key("caller") {
         return Err(conversion(
@@ -245,7 +322,7 @@ fn decode_tool_call(call: &Value) -> Result<ToolCall> {
     let function = object
         .remove(key)
         .ok_or_else(|| conversion(PROVIDER, format!("tool call {id:?} has no `{key}`")))?;
-    let mut function = as_object(&function, PROVIDER, "a tool call's `function` or `custom`")?;
+    let mut function = into_object(function, PROVIDER, "a tool call's `function` or `custom`")?;
     let name = take_string(&mut function, "name", PROVIDER)?;
     let arguments = take_string(&mut function, input, PROVIDER)?;
     wire.function_extra = function;
@@ -269,15 +346,7 @@ pub(super) fn encode(message: &Message) -> Result<Value> {
     };
 
     if message.role == Role::Tool {
-        let [ContentBlock::ToolResult(result)] = message.content.as_slice() else {
-            return Err(conversion(
-                PROVIDER,
-                "a tool message must hold exactly one tool result",
-            ));
-        };
-        object.insert("role".to_owned(), Value::String(role));
-        encode_result_into(&mut object, result, &At::top(0, "tool_result"))?;
-        return Ok(Value::Object(object));
+        return encode_tool_message(object, role, message);
     }
 
     // Anthropic carries tool results in user messages; OpenAI gives each its own message.
@@ -312,8 +381,19 @@ pub(super) fn encode(message: &Message) -> Result<Value> {
     let mut parts = Vec::new();
     let mut calls = Vec::new();
     let mut json_arguments = false;
+    let mut legacy = None;
     for (index, block) in message.content.iter().enumerate() {
         match block {
+            ContentBlock::ToolCall(call) if call.wire.legacy_function => {
+                if legacy.is_some() {
+                    return Err(block_error(
+                        PROVIDER,
+                        &At::top(index, "tool call").name(),
+                        "a message holds at most one legacy function_call",
+                    ));
+                }
+                legacy = Some(encode_legacy_call(call));
+            }
             ContentBlock::ToolCall(call) => {
                 json_arguments |= matches!(call.arguments, ToolArguments::Json(_));
                 calls.push(encode_tool_call(call, &At::top(index, "tool call"))?);
@@ -360,7 +440,69 @@ pub(super) fn encode(message: &Message) -> Result<Value> {
         }
         (ListShape::Derived, true) => {}
     }
+    if let Some(function) = legacy {
+        object.insert("function_call".to_owned(), function);
+    }
     Ok(Value::Object(object))
+}
+
+/// A [`Role::Tool`] message: a `tool` message, or a legacy `function` one.
+fn encode_tool_message(
+    mut object: Map<String, Value>,
+    role: String,
+    message: &Message,
+) -> Result<Value> {
+    let [ContentBlock::ToolResult(result)] = message.content.as_slice() else {
+        return Err(conversion(
+            PROVIDER,
+            "a tool message must hold exactly one tool result",
+        ));
+    };
+    if let (true, Some(name)) = (result.wire.id_synthetic, &result.wire.name) {
+        return encode_function_result(object, result, name);
+    }
+    object.insert("role".to_owned(), Value::String(role));
+    encode_result_into(&mut object, result, &At::top(0, "tool_result"))?;
+    Ok(Value::Object(object))
+}
+
+/// A legacy `function` message: the result of a `function_call`.
+fn encode_function_result(
+    mut object: Map<String, Value>,
+    result: &ToolResult,
+    name: &str,
+) -> Result<Value> {
+    object.insert("role".to_owned(), Value::from("function"));
+    object.insert("name".to_owned(), Value::from(name));
+    match (&result.output, result.wire.output) {
+        (ToolOutput::Text(text), ContentShape::Null) if text.is_empty() => {
+            object.insert("content".to_owned(), Value::Null);
+        }
+        (ToolOutput::Text(text), ContentShape::Absent) if text.is_empty() => {}
+        (ToolOutput::Text(text), _) => {
+            object.insert("content".to_owned(), Value::String(text.clone()));
+        }
+        (ToolOutput::Blocks(_), _) => {
+            return Err(block_error(
+                PROVIDER,
+                "content block 0 (tool_result)",
+                "a legacy function message takes text content only",
+            ))
+        }
+    }
+    Ok(Value::Object(object))
+}
+
+/// A legacy `function_call` object.
+fn encode_legacy_call(call: &ToolCall) -> Value {
+    let mut function = call.wire.function_extra.clone();
+    function.insert("name".to_owned(), Value::String(call.name.clone()));
+    let arguments = match &call.arguments {
+        ToolArguments::Text(text) => text.clone(),
+        ToolArguments::Json(value) => value.to_string(),
+    };
+    function.insert("arguments".to_owned(), Value::String(arguments));
+    Value::Object(function)
 }
 
 /// Where a block is, for error messages: its index in the message's content and its type,
@@ -607,6 +749,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The decoder, on a borrowed value (the tests keep theirs to compare).
+    fn decode(message: &Value) -> Result<Message> {
+        super::decode(message.clone())
+    }
+
     fn round_trip(wire: &Value) -> Message {
         super::super::tests::assert_round_trip(decode, encode, wire)
     }
@@ -642,6 +789,24 @@ mod tests {
             {"type": "image_url", "image_url": {"url": "data:x"}},
             {"type": "text", "text": "what is this", "cache": 1.0}
         ]}));
+    }
+
+    #[test]
+    fn legacy_function_calls_and_results_survive_and_pair_by_name() {
+        let call = round_trip(&json!({"role": "assistant", "content": null,
+            "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}));
+        let result =
+            round_trip(&json!({"role": "function", "name": "get_weather", "content": "sunny"}));
+        let call_id = &call.tool_calls().next().unwrap().id;
+        assert_eq!(result.tool_results().next().unwrap().call_id, *call_id);
+        round_trip(&json!({"role": "function", "name": "f", "content": null}));
+        round_trip(&json!({"role": "assistant", "content": "x", "function_call": null}));
+        assert!(decode(&json!({"role": "function", "content": "x"})).is_err());
+        assert!(decode(&json!({"role": "assistant", "function_call": {"name": "f"}})).is_err());
+        // A result made in Rust for the call is a tool message until told it answers a
+        // legacy call (Codec::export does).
+        let made = Message::tool_result(ToolResult::new(call_id.clone(), "rain"));
+        assert_eq!(encode(&made).unwrap()["role"], "tool");
     }
 
     #[test]
@@ -693,7 +858,7 @@ mod tests {
 
     #[allow(clippy::needless_pass_by_value)] // callers pass json! literals
     fn from_anthropic(wire: Value) -> Message {
-        anthropic::decode(&wire).unwrap()
+        anthropic::decode(wire).unwrap()
     }
 
     #[test]

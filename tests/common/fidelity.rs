@@ -7,7 +7,8 @@
 
 use std::path::Path;
 
-use agent_session::Message;
+use agent_session::{Codec, Message};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// One recording: its file name (without `.json`), provider, API and messages.
@@ -21,6 +22,48 @@ pub struct Recording {
     pub api: Option<String>,
     /// The transcript exactly as the API takes it back.
     pub messages: Vec<Value>,
+    /// Each message's JSON text exactly as the file has it (read with `RawValue`, so
+    /// nothing is reordered or re-formatted), whitespace included.
+    pub texts: Vec<String>,
+}
+
+impl Recording {
+    /// The codec the recording's messages are in.
+    #[allow(dead_code)] // not every test binary asks
+    pub fn codec(&self) -> Codec {
+        match (self.provider.as_str(), self.api.as_deref()) {
+            ("anthropic", _) => Codec::Anthropic,
+            ("gemini", Some(api)) if api.contains("openai") => Codec::OpenAiChat,
+            ("gemini", _) => Codec::Gemini,
+            (_, Some(api)) if api.contains("responses") => Codec::OpenAiResponses,
+            _ => Codec::OpenAiChat,
+        }
+    }
+}
+
+/// `text` without the whitespace outside strings: the compact form the crate keeps. A
+/// reference written apart from the crate's own lexer.
+#[allow(dead_code)] // not every test binary compares texts
+pub fn compact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if !matches!(c, ' ' | '\n' | '\r' | '\t') {
+            if c == '"' {
+                in_string = true;
+            }
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Every recording, by file name; `None` (with the reason printed) if the directory is
@@ -49,20 +92,45 @@ pub fn recordings() -> Option<Vec<Recording>> {
     Some(files.iter().map(|path| read(path)).collect())
 }
 
+/// A recording's messages as texts, reordering nothing.
+#[derive(serde::Deserialize)]
+struct Texts<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+}
+
+/// The crate's own corpus, `tests/provider_corpus/`: transcripts written from the
+/// providers' public API references (OpenAI Responses, Gemini, the OpenAI Chat features
+/// the recordings lack), in the same form as the recordings.
+#[allow(dead_code)] // not every test binary reads it
+pub fn own_corpus() -> Vec<Recording> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/provider_corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("read tests/provider_corpus")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{} holds no transcripts", dir.display());
+    files.iter().map(|path| read(path)).collect()
+}
+
 fn read(path: &Path) -> Recording {
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())
         .expect("a UTF-8 file name")
         .to_owned();
-    let value: Value =
-        serde_json::from_slice(&std::fs::read(path).expect("read the recording")).expect("JSON");
+    let bytes = std::fs::read(path).expect("read the recording");
+    let value: Value = serde_json::from_slice(&bytes).expect("JSON");
+    let texts: Texts<'_> = serde_json::from_slice(&bytes).expect("JSON");
+    let texts = texts.messages.iter().map(|m| m.get().to_owned()).collect();
     let provider = value["provider"]
         .as_str()
         .unwrap_or_else(|| panic!("{name}: no `provider` string"))
         .to_owned();
     assert!(
-        matches!(provider.as_str(), "openai" | "anthropic"),
+        matches!(provider.as_str(), "openai" | "anthropic" | "gemini"),
         "{name}: provider {provider:?}"
     );
     Recording {
@@ -73,6 +141,7 @@ fn read(path: &Path) -> Recording {
             .clone(),
         name,
         provider,
+        texts,
     }
 }
 

@@ -15,7 +15,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use agent_session::{
-    ContentBlock, Cost, Lineage, Message, Revision, SessionId, SessionSnapshot, ToolCall,
+    Codec, ContentBlock, Cost, Lineage, Message, Revision, SessionId, SessionSnapshot, ToolCall,
     ToolOutput, ToolResult, Usage, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 use chrono::{DateTime, TimeZone, Utc};
@@ -103,6 +103,9 @@ pub fn upgraded_json(version: u32, mut value: Value) -> Value {
             // Version 2 added `lineage`, which version 1 files lack (and a fork is never
             // written at version 1): only the version number changes.
             1 => value["schema_version"] = json!(2),
+            // Version 3 added messages kept as provider JSON text and more wire hints,
+            // which version 2 files lack: only the version number changes.
+            2 => value["schema_version"] = json!(3),
             other => panic!("no upgrade from schema version {other} is described here"),
         }
     }
@@ -133,6 +136,15 @@ pub fn cases(version: u32) -> Vec<(&'static str, SessionSnapshot)> {
                 fork_of_openai_chat_transcript(),
             ),
             ("fork_of_usage_with_costs", fork_of_usage_with_costs()),
+        ]),
+        3 => cases.extend([
+            (
+                "fork_of_openai_chat_transcript",
+                fork_of_openai_chat_transcript(),
+            ),
+            ("fork_of_usage_with_costs", fork_of_usage_with_costs()),
+            ("exact_provider_messages", exact_provider_messages()),
+            ("provider_wire_hints", provider_wire_hints()),
         ]),
         other => panic!("no golden cases for schema version {other}"),
     }
@@ -458,6 +470,140 @@ fn fork_of_usage_with_costs() -> SessionSnapshot {
         .build()
         .expect("build")
         .with_revision(Revision::from_u64(1))
+}
+
+/// The provider messages of `exact_provider_messages`, as (codec, JSON text): imported
+/// with [`Message::from_json`] and given back byte for byte, key order and numbers no
+/// float holds included.
+pub fn exact_wire() -> Vec<(Codec, &'static str)> {
+    vec![
+        (
+            Codec::OpenAiChat,
+            r#"{"role":"user","content":"Weather in Paris, Rome, and read a.txt?","name":"ada"}"#,
+        ),
+        (
+            Codec::OpenAiChat,
+            r#"{"role":"assistant","content":null,"tool_calls":[{"type":"function","id":"call_1","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}],"seed":18446744073709551616,"t":1.10}"#,
+        ),
+        (
+            Codec::OpenAiChat,
+            r#"{"role":"tool","tool_call_id":"call_1","content":"{\"temp_c\": 18.50}"}"#,
+        ),
+        (
+            Codec::Anthropic,
+            r#"{"role":"assistant","content":[{"type":"thinking","thinking":"Now the file.","signature":"EqQBCgIYAhIM"},{"type":"tool_use","id":"toolu_9","name":"read_file","input":{"path":"a.txt","offset":12345678901234567890}}]}"#,
+        ),
+        (
+            Codec::Anthropic,
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"hello"}]}"#,
+        ),
+        (
+            Codec::OpenAiResponses,
+            r#"[{"type":"reasoning","id":"rs_1","summary":[]},{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"city\":\"Rome\"}","call_id":"call_r1","name":"get_weather"}]"#,
+        ),
+        (
+            Codec::OpenAiResponses,
+            r#"{"type":"function_call_output","call_id":"call_r1","output":"{\"temp_c\": 21.00}"}"#,
+        ),
+        (
+            Codec::Gemini,
+            r#"{"role":"model","parts":[{"text":"Both are mild: 18.50 and 21.00 °C.","thoughtSignature":"CtgBAVSo"}]}"#,
+        ),
+    ]
+}
+
+/// A session whose messages were imported as provider JSON text (schema version 3).
+fn exact_provider_messages() -> SessionSnapshot {
+    let transcript = exact_wire()
+        .into_iter()
+        .map(|(codec, text)| Message::from_json(codec, text).expect("a provider message"))
+        .collect();
+    SessionSnapshot::builder(id("exact_provider_messages"), "gpt-4.1")
+        .max_turns(8)
+        .timestamps(created(), updated())
+        .transcript(transcript)
+        .build()
+        .expect("build")
+        .with_revision(Revision::from_u64(3))
+}
+
+/// The provider messages of `provider_wire_hints`, as (codec, JSON value): imported with
+/// the `&Value` entry points, each kept in the neutral form with the hints (schema
+/// version 3) that give the same JSON value back.
+pub fn hinted_wire() -> Vec<(Codec, Value)> {
+    vec![
+        (
+            Codec::OpenAiChat,
+            json!({"role": "user", "content": "Weather in Paris?"}),
+        ),
+        (
+            Codec::OpenAiChat,
+            json!({"role": "assistant", "content": null,
+                "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}),
+        ),
+        (
+            Codec::OpenAiChat,
+            json!({"role": "function", "name": "get_weather", "content": "{\"temp_c\": 18.5}"}),
+        ),
+        (
+            Codec::OpenAiResponses,
+            json!({"type": "custom_tool_call", "call_id": "call_c", "name": "python",
+                "input": "print(2**70)"}),
+        ),
+        (
+            Codec::OpenAiResponses,
+            json!({"type": "custom_tool_call_output", "call_id": "call_c",
+                "output": "1180591620717411303424"}),
+        ),
+        (
+            Codec::Gemini,
+            json!({"role": "model", "parts": [{"function_call": {"name": "run", "args": {}}}]}),
+        ),
+        (
+            Codec::Gemini,
+            json!({"role": "user", "parts": [{"function_response": {"name": "run",
+                "response": {"output": "ok"}}}]}),
+        ),
+    ]
+}
+
+/// Decodes `message` with `codec`'s `&Value` entry point.
+pub fn from_wire(codec: Codec, message: &Value) -> agent_session::Result<Message> {
+    match codec {
+        Codec::OpenAiChat => Message::from_openai_chat(message),
+        Codec::OpenAiResponses => Message::from_responses(message),
+        Codec::Anthropic => Message::from_anthropic(message),
+        Codec::Gemini => Message::from_gemini(message),
+        other => panic!("no entry point for {other:?}"),
+    }
+}
+
+/// Encodes `message` with `codec`'s `&Value` entry point.
+pub fn to_wire(codec: Codec, message: &Message) -> agent_session::Result<Value> {
+    match codec {
+        Codec::OpenAiChat => message.to_openai_chat(),
+        Codec::OpenAiResponses => message.to_responses(),
+        Codec::Anthropic => message.to_anthropic(),
+        Codec::Gemini => message.to_gemini(),
+        other => panic!("no entry point for {other:?}"),
+    }
+}
+
+/// A session of messages in the neutral form whose wire hints (schema version 3) give
+/// their providers' JSON back: a legacy OpenAI function call and its `function` result,
+/// a Responses custom tool call, Gemini calls in snake case without ids.
+fn provider_wire_hints() -> SessionSnapshot {
+    let transcript = hinted_wire()
+        .iter()
+        .map(|(codec, message)| from_wire(*codec, message).expect("a provider message"))
+        .collect();
+    SessionSnapshot::builder(id("provider_wire_hints"), "gpt-4.1")
+        .max_turns(8)
+        .timestamps(created(), updated())
+        .transcript(transcript)
+        .build()
+        .expect("build")
+        .with_revision(Revision::from_u64(2))
 }
 
 /// Pretty-prints compact JSON (as `to_json` writes it) with two-space indents, keeping

@@ -81,6 +81,9 @@ impl FileSessionStore {
     /// [`SessionStore::delete`], under the write lock.
     pub(super) fn delete_locked(&self, id: &SessionId) -> Result<()> {
         let path = self.path_of(id);
+        // Forks that share this session's first messages get their own copy first, so a
+        // delete never breaks one (and fails, deleting nothing, if that cannot be done).
+        self.materialize_forks_of(id)?;
         let found = match self.fs.symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {
                 return Err(Error::Insecure {

@@ -209,11 +209,11 @@ pub(super) fn journal_follows(
 
 /// What a journal holds for a base, read up to its torn tail.
 #[derive(Debug)]
-pub(super) struct ReadJournal {
+pub(crate) struct ReadJournal {
     /// The journal format.
-    pub(super) version: u32,
+    pub(crate) version: u32,
     /// Where its intact entries end.
-    pub(super) end: usize,
+    pub(crate) end: usize,
 }
 
 /// The log of a base snapshot (decoded, not validated) and its journal: `journal`'s
@@ -246,11 +246,11 @@ pub(super) fn read_into<'a>(
     if !journal_follows(&header, base.id(), base.revision(), base.created_at()) {
         return Ok(None);
     }
-    if header.base != base.counts() {
+    let start = log.start_counts();
+    if header.base != start {
         return Err(Error::inconsistent(format!(
-            "the journal's header says its base has {:?}, but the base has {:?}",
-            header.base,
-            base.counts()
+            "the journal's header says its base has {:?}, but the base has {start:?}",
+            header.base
         )));
     }
     if header.journal == 1 {
@@ -277,15 +277,14 @@ pub(super) fn read_into<'a>(
 }
 
 /// The journal bytes of `entries` after a new header for `base` (the checkpoint of a
-/// rewritten journal).
-pub(super) fn encode_journal(base: &SessionSnapshot, entries: &[LogEntry]) -> Result<Vec<u8>> {
+/// rewritten journal), whose state has `counts` (its shared prefix included).
+pub(super) fn encode_journal(
+    base: &SessionSnapshot,
+    counts: Counts,
+    entries: &[LogEntry],
+) -> Result<Vec<u8>> {
     let id = base.id();
-    let mut bytes = encode_header(&header_for(
-        id,
-        base.revision(),
-        base.created_at(),
-        base.counts(),
-    ))?;
+    let mut bytes = encode_header(&header_for(id, base.revision(), base.created_at(), counts))?;
     for entry in entries {
         bytes.extend(entry.to_bytes(id)?);
     }

@@ -3,10 +3,12 @@
 
 mod archive;
 mod atomic;
+mod fork;
 mod fs;
 mod journal;
 mod lock;
 mod private_dir;
+mod restore;
 mod state;
 mod summary;
 #[cfg(test)]
@@ -43,6 +45,8 @@ const JOURNAL_SUFFIX: &str = ".journal";
 const SUMMARY_SUFFIX: &str = ".summary";
 /// The suffix of an archived session's marker file (empty; its presence is the state).
 const ARCHIVED_SUFFIX: &str = ".archived";
+/// The suffix of the file listing the forks that share a session's first messages.
+const FORKS_SUFFIX: &str = ".forks";
 /// Suffix of temporary files; their names start with a dot, so they are never sessions.
 const TEMP_SUFFIX: &str = ".tmp";
 /// Sessions whose stored state a store remembers between saves; past this the memory is
@@ -222,6 +226,9 @@ pub struct FileSessionStore {
     /// The summaries the last listings read, with the files they were read from; a listing
     /// reuses one while none of those files changed.
     listed: Mutex<HashMap<SessionId, (ListedFiles, SessionSummary)>>,
+    /// The lengths of every kept revision of the sessions this store restored, so a
+    /// restore writes its entry without reading the log; only taken under the write lock.
+    revision_index: Mutex<HashMap<SessionId, restore::RevisionIndex>>,
 }
 
 /// Configures a [`FileSessionStore`]. Made by [`FileSessionStore::builder`].
@@ -346,6 +353,7 @@ impl FileSessionStore {
             lock,
             known: Mutex::new(HashMap::new()),
             listed: Mutex::new(HashMap::new()),
+            revision_index: Mutex::new(HashMap::new()),
         };
         store.remove_leftover_temp_files()?;
         Ok(store)
@@ -390,6 +398,11 @@ impl FileSessionStore {
     /// The journal of session `id`: `<dir>/<id>.journal`.
     fn journal_path(&self, id: &SessionId) -> PathBuf {
         self.root.join(format!("{id}{JOURNAL_SUFFIX}"))
+    }
+
+    /// The list of forks that share session `id`'s first messages: `<dir>/<id>.forks`.
+    fn forks_path(&self, id: &SessionId) -> PathBuf {
+        self.root.join(format!("{id}{FORKS_SUFFIX}"))
     }
 
     /// The marker of archived session `id`: `<dir>/<id>.archived`.
@@ -462,6 +475,8 @@ impl SessionStore for FileSessionStore {
         // A snapshot whose redaction changed messages already stored replaces the history
         // too: the earlier revisions would keep the text the redactor now removes.
         if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
+            // Forks that share this session's first messages get their own copy first.
+            self.materialize_forks_of(id)?;
             return self.rewrite(snapshot, revision);
         }
         // Every other save appends one entry: what the snapshot says changed since the
@@ -485,7 +500,7 @@ impl SessionStore for FileSessionStore {
             (Some(_), None) => HistoryStats::default(),
         };
         if stored.verified && stored.journal_version != Some(1) {
-            return self.append(snapshot, &stored, &entry, stats);
+            return self.append(&write::After::snapshot(snapshot), &stored, &entry, stats);
         }
         // A journal of an earlier format, or one whose last record may not be durable (its
         // fdatasync failed), is written again whole with the entry added, and made durable
@@ -520,19 +535,36 @@ impl SessionStore for FileSessionStore {
     /// holds.
     fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
         self.check_root()?;
-        self.with_log(id, |log| log.state_at(Some(revision)))
+        self.with_log(id, false, |log| log.state_at(Some(revision)))
     }
 
     /// Reads the base and the heads of the journal's entries (not their messages).
     fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
         self.check_root()?;
-        self.with_log(id, |log| log.revisions())
+        self.with_log(id, false, |log| log.revisions())
     }
 
     /// Reads the base and the whole journal.
     fn history(&self, id: &SessionId) -> Result<History> {
         self.check_root()?;
-        self.with_log(id, |log| log.history().map(|(history, _)| history))
+        self.with_log(id, false, |log| log.history().map(|(history, _)| history))
+    }
+
+    /// Appends one restore entry naming `revision` and its lengths, without reading the
+    /// session: the store keeps the lengths of every revision of a session it restored
+    /// (the first restore of a session in a process reads the entries' heads once to
+    /// learn them). The listing summary is left to go stale, so the next listing reads
+    /// the session. A session this store does not know as verified, or whose journal is
+    /// of an older format, is restored by loading and saving instead.
+    fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            if let Some(new) = self.restore_by_appending(id, revision)? {
+                return Ok(new);
+            }
+        }
+        crate::store::restore_by_saving(self, id, revision)
     }
 
     /// Lists every `<id>.json` in the directory that is not archived, from each session's

@@ -11,6 +11,7 @@ use std::sync::MutexGuard;
 
 use chrono::{DateTime, Utc};
 
+use super::fork::SHARED_DEPTH_BUDGET;
 use super::journal::{self, journal_follows};
 use super::private_dir::{is_private, read_bytes, HEAD_BYTES, NAME_KEPT_CHANGING};
 use super::summary::Stamp;
@@ -62,6 +63,26 @@ pub(super) struct Known {
     pub(super) journal_version: Option<u32>,
     /// What the log holds beyond the stored state, when known (always, if `verified`).
     pub(super) stats: Option<HistoryStats>,
+}
+
+/// Why one attempt to read a session did not give it.
+enum Moved {
+    /// A fork's base was replaced while it was read: read it again.
+    Again,
+    Failed(Error),
+}
+
+impl From<Error> for Moved {
+    fn from(error: Error) -> Self {
+        Moved::Failed(error)
+    }
+}
+
+fn kept_changing(path: std::path::PathBuf) -> Error {
+    Error::Insecure {
+        path,
+        reason: "the session kept changing while it was read; if another program writes the store, retry",
+    }
 }
 
 /// A session's base and journal as read together.
@@ -142,22 +163,41 @@ impl FileSessionStore {
         id: &SessionId,
         locked: bool,
     ) -> Result<Option<(SessionSnapshot, Option<Known>)>> {
+        let mut attempts = 0;
+        loop {
+            match self.read_state_once(id, locked) {
+                Err(Moved::Again) if attempts < 2 => attempts += 1,
+                Err(Moved::Again) => return Err(kept_changing(self.path_of(id))),
+                Err(Moved::Failed(e)) => return Err(e),
+                Ok(read) => return Ok(read),
+            }
+        }
+    }
+
+    /// One attempt of [`read_state`](Self::read_state).
+    fn read_state_once(
+        &self,
+        id: &SessionId,
+        locked: bool,
+    ) -> std::result::Result<Option<(SessionSnapshot, Option<Known>)>, Moved> {
         let Some(files) = self.read_files(id, locked)? else {
             return Ok(None);
         };
         let path = self.path_of(id);
         let journal_path = self.journal_path(id);
         let base_revision = files.base.revision();
-        let mut log = LogSource::new(files.base);
-        let read = match &files.journal {
-            Some((bytes, _)) => journal::read_into(&mut log, bytes)
-                .map_err(|e| e.at(&Location::file(&journal_path)))?,
-            None => None,
-        };
-        let mut snapshot = log.state_at(None).map_err(|e| {
-            let at = if read.is_some() { &journal_path } else { &path };
-            e.at(&Location::file(at))
-        })?;
+        let shares = files.base.share().is_some();
+        let journal = files.journal.as_ref().map(|(bytes, _)| bytes.as_slice());
+        let (log, read) = self
+            .log_of(id, files.base, journal, locked, SHARED_DEPTH_BUDGET)
+            .map_err(|e| self.moved_or(e, shares, &path, &files.base_meta))?;
+        let mut snapshot = log
+            .state_at(None)
+            .map_err(|e| {
+                let at = if read.is_some() { &journal_path } else { &path };
+                e.at(&Location::file(at))
+            })
+            .map_err(|e| self.moved_or(e, shares, &path, &files.base_meta))?;
         let revision = snapshot.revision();
         snapshot.mark_stored(revision);
         let known = files.unchanged.then(|| Known {
@@ -180,22 +220,89 @@ impl FileSessionStore {
 
     /// The log of session `id` as stored (its base and journal, read as
     /// [`read_state`](Self::read_state) reads them), for what is worked out from it:
-    /// `f` gets it with the journal's entries added.
+    /// `f` gets it with the journal's entries added. `locked`: the caller holds the write
+    /// lock.
     pub(super) fn with_log<T>(
         &self,
         id: &SessionId,
-        f: impl FnOnce(LogSource<'_>) -> Result<T>,
+        locked: bool,
+        f: impl Fn(LogSource<'_>) -> Result<T>,
     ) -> Result<T> {
-        let files = self
-            .read_files(id, false)?
-            .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        self.with_log_within(id, locked, SHARED_DEPTH_BUDGET, f)
+    }
+
+    /// [`with_log`](Self::with_log), following at most `budget` parents of forks that
+    /// share their first messages.
+    pub(super) fn with_log_within<T>(
+        &self,
+        id: &SessionId,
+        locked: bool,
+        budget: u32,
+        f: impl Fn(LogSource<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let path = self.path_of(id);
         let journal_path = self.journal_path(id);
-        let mut log = LogSource::new(files.base);
-        if let Some((bytes, _)) = &files.journal {
-            journal::read_into(&mut log, bytes)
-                .map_err(|e| e.at(&Location::file(&journal_path)))?;
+        let mut attempts = 0;
+        loop {
+            let files = self
+                .read_files(id, locked)?
+                .ok_or_else(|| Error::NotFound { id: id.clone() })?;
+            let shares = files.base.share().is_some();
+            let journal = files.journal.as_ref().map(|(bytes, _)| bytes.as_slice());
+            let outcome = self
+                .log_of(id, files.base, journal, locked, budget)
+                .and_then(|(log, _)| f(log).map_err(|e| e.at(&Location::file(&journal_path))));
+            match outcome.map_err(|e| self.moved_or(e, shares, &path, &files.base_meta)) {
+                Err(Moved::Again) if attempts < 2 => attempts += 1,
+                Err(Moved::Again) => return Err(kept_changing(path)),
+                Err(Moved::Failed(e)) => return Err(e),
+                Ok(value) => return Ok(value),
+            }
         }
-        f(log).map_err(|e| e.at(&Location::file(&journal_path)))
+    }
+
+    /// `error`, met reading a base that shares its parent's messages (`shares`), as
+    /// [`Moved::Again`] if that base was replaced meanwhile: a fork whose parent went
+    /// while it was read holds its own copy by then, in a new base, so it is read again.
+    fn moved_or(&self, error: Error, shares: bool, path: &Path, read: &Metadata) -> Moved {
+        let moved = shares
+            && error.is_corrupt()
+            && self
+                .fs
+                .symlink_metadata(path)
+                .is_ok_and(|now| (now.dev(), now.ino()) != (read.dev(), read.ino()));
+        if moved {
+            Moved::Again
+        } else {
+            Moved::Failed(error)
+        }
+    }
+
+    /// The log of `base` and its `journal`: the parent's state a fork shares attached (see
+    /// [`shared_prefix`](Self::shared_prefix)), and the journal's entries added if it
+    /// follows the base.
+    fn log_of<'a>(
+        &self,
+        id: &SessionId,
+        base: SessionSnapshot,
+        journal: Option<&'a [u8]>,
+        locked: bool,
+        budget: u32,
+    ) -> Result<(LogSource<'a>, Option<journal::ReadJournal>)> {
+        let path = self.path_of(id);
+        let prefix = self
+            .shared_prefix(&base, locked, budget)
+            .map_err(|e| e.at(&Location::file(&path)))?;
+        let mut log = LogSource::new(base);
+        if let Some(parent) = prefix {
+            log.set_prefix(parent);
+        }
+        let read = match journal {
+            Some(bytes) => journal::read_into(&mut log, bytes)
+                .map_err(|e| e.at(&Location::file(&self.journal_path(id))))?,
+            None => None,
+        };
+        Ok((log, read))
     }
 
     /// Reads the base (decoded, not validated) and the journal bytes of `id`, one

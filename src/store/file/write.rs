@@ -12,7 +12,32 @@ use super::summary::Stamp;
 use super::FileSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{HistoryStats, SessionSnapshot};
+use crate::snapshot::{Counts, HistoryStats, SessionSnapshot};
+
+use chrono::{DateTime, Utc};
+
+/// The state an appended entry makes, as far as the store's own records need it.
+pub(super) struct After<'a> {
+    pub(super) id: &'a SessionId,
+    pub(super) updated_at: DateTime<Utc>,
+    pub(super) counts: Counts,
+    /// The whole state, when the caller has it: the listing summary is written from it.
+    /// Without it (a restore written from the log's heads alone) the summary is left to
+    /// go stale, and the next listing reads the session instead.
+    pub(super) snapshot: Option<&'a SessionSnapshot>,
+}
+
+impl<'a> After<'a> {
+    /// What saving `snapshot` makes.
+    pub(super) fn snapshot(snapshot: &'a SessionSnapshot) -> Self {
+        After {
+            id: snapshot.id(),
+            updated_at: snapshot.updated_at(),
+            counts: snapshot.counts(),
+            snapshot: Some(snapshot),
+        }
+    }
+}
 
 impl FileSessionStore {
     /// Appends `entry` (the bytes of the log entry that takes the stored state to
@@ -20,12 +45,12 @@ impl FileSessionStore {
     /// and verified (or written by this store), so the entry follows a state that loads.
     pub(super) fn append(
         &self,
-        snapshot: &SessionSnapshot,
+        after: &After<'_>,
         stored: &Known,
         entry: &[u8],
         stats: HistoryStats,
     ) -> Result<Revision> {
-        let id = snapshot.id();
+        let id = after.id;
         let revision = stored.revision.next();
         let mut stored = stored.clone();
         if !stored.base_private {
@@ -98,7 +123,7 @@ impl FileSessionStore {
         };
         let mut bytes = header;
         bytes.extend_from_slice(entry);
-        self.write_record(snapshot, &stored, &file, offset, &bytes, created)?;
+        self.write_record(after, &stored, &file, offset, &bytes, created)?;
         let journal_stamp = file.metadata().ok().map(|meta| Stamp::of(&meta));
         match journal_stamp {
             Some(stamp) => self.remember(
@@ -108,8 +133,8 @@ impl FileSessionStore {
                     journal: Some(stamp),
                     revision,
                     created_at: stored.created_at,
-                    updated_at: Some(snapshot.updated_at()),
-                    counts: Some(snapshot.counts()),
+                    updated_at: Some(after.updated_at),
+                    counts: Some(after.counts),
                     journal_end: Some(new_end),
                     base_private: true,
                     base_revision: stored.base_revision,
@@ -121,7 +146,10 @@ impl FileSessionStore {
             ),
             None => self.forget(id),
         }
-        self.write_summary(snapshot, revision, stats, stored.base, journal_stamp);
+        self.extend_index(id, stored.revision, revision, after.counts);
+        if let Some(snapshot) = after.snapshot {
+            self.write_summary(snapshot, revision, stats, stored.base, journal_stamp);
+        }
         Ok(revision)
     }
 
@@ -142,7 +170,12 @@ impl FileSessionStore {
 
     /// Replaces `path` (a file of session `id`) with `bytes`, atomically and, with
     /// [`Durability::Sync`](super::Durability::Sync), durably.
-    fn replace_file(&self, id: &SessionId, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    pub(super) fn replace_file(
+        &self,
+        id: &SessionId,
+        path: &std::path::Path,
+        bytes: &[u8],
+    ) -> Result<()> {
         match atomic::replace(
             &*self.fs,
             &self.root,
@@ -188,21 +221,16 @@ impl FileSessionStore {
         let id = snapshot.id();
         let revision = stored.revision.next();
         let journal_path = self.journal_path(id);
-        let (base, entries) = self.with_log(id, |log| {
+        let (base, counts, entries) = self.with_log(id, true, |log| {
             let last = log.last_revision();
             if last != stored.revision {
                 return Err(Error::conflict(id, snapshot.revision(), Some(last)));
             }
-            // The state must load, not only decode: a damaged one is repaired instead.
-            let (base, entries) = log.into_entries()?;
-            let mut check = crate::snapshot::SessionLog::new(base.clone());
-            for entry in &entries {
-                check.push(entry.clone())?;
-            }
-            check.head()?;
-            Ok((base, entries))
+            // Every entry decoded and the state they make checked, before anything is
+            // written: a damaged state is repaired instead.
+            log.into_checked_entries()
         })?;
-        let mut bytes = journal::encode_journal(&base, &entries)?;
+        let mut bytes = journal::encode_journal(&base, counts, &entries)?;
         let end = bytes.len() + entry.len();
         bytes.extend_from_slice(entry);
         if end as u64 > self.max_snapshot_bytes {
@@ -253,14 +281,14 @@ impl FileSessionStore {
     /// taken back off where possible, so nothing changed; see the type docs otherwise.
     pub(super) fn write_record(
         &self,
-        snapshot: &SessionSnapshot,
+        after: &After<'_>,
         stored: &Known,
         file: &File,
         offset: u64,
         bytes: &[u8],
         created: bool,
     ) -> Result<()> {
-        let id = snapshot.id();
+        let id = after.id;
         let path = self.journal_path(id);
         let revision = stored.revision.next();
         // Cut a torn tail (or an older base's records) first, so the new record can never
@@ -300,8 +328,8 @@ impl FileSessionStore {
                         Known {
                             journal: Some(Stamp::of(&meta)),
                             revision,
-                            updated_at: Some(snapshot.updated_at()),
-                            counts: Some(snapshot.counts()),
+                            updated_at: Some(after.updated_at),
+                            counts: Some(after.counts),
                             journal_end: Some(meta.len()),
                             verified: false,
                             ..stored.clone()
@@ -345,7 +373,7 @@ impl FileSessionStore {
         let id = snapshot.id();
         let path = self.path_of(id);
         self.check_journal_slot(id)?;
-        let bytes = snapshot.to_json_with_revision(revision)?;
+        let bytes = self.checkpoint_bytes(snapshot, revision)?;
         if bytes.len() as u64 > self.max_snapshot_bytes {
             return Err(Error::TooLarge {
                 location: Location::File(path),

@@ -717,6 +717,10 @@ enum Action {
     /// Loads the session and restores the revision this many before the head
     /// ([`SessionSnapshot::restore_from`]): an entry naming it.
     Restore(u64),
+    /// Restores the revision this many before the head through
+    /// [`SessionStore::restore`]: an entry written from the revisions' lengths the store
+    /// keeps, without loading the session (the first one reads its log once).
+    StoreRestore(u64),
     Delete,
     /// Archives the session (`true`) or restores it.
     Archive(bool),
@@ -952,6 +956,33 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     Some(Stored {
                         base: base_after,
                         snapshot: saved(&next),
+                        archived: current.as_ref().is_some_and(|c| c.archived),
+                    }),
+                )
+            }
+            Action::StoreRestore(back) => {
+                let store = store.as_ref().expect("restores go through the store");
+                let base_before = std::fs::read(&target).expect("read the base");
+                let result = store
+                    .restore(&id, Revision::from_u64(revision - back))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                let base_after = std::fs::read(&target).expect("read the base");
+                assert_eq!(
+                    base_after, base_before,
+                    "an entry is appended, never a new base"
+                );
+                // What it stored (its time comes from the clock): read back through a store
+                // that did not write it.
+                let restored = FileSessionStore::open(&root)
+                    .and_then(|s| s.load(&id))
+                    .expect("load the restore");
+                (
+                    format!("store restore of revision {}", revision + 1),
+                    result,
+                    Some(Stored {
+                        base: base_after,
+                        snapshot: restored,
                         archived: current.as_ref().is_some_and(|c| c.archived),
                     }),
                 )
@@ -1384,7 +1415,7 @@ fn store_plan() -> Vec<Action> {
 /// started again at offset 0, filled close to its bound and compacted (a rewrite), started
 /// again, deleted with the session, and started once more for a new session of that id.
 fn journal_plan() -> Vec<Action> {
-    use Action::{Append, Compact, Delete, Edit, Restore, Rewind, Save};
+    use Action::{Append, Compact, Delete, Edit, Restore, Rewind, Save, StoreRestore};
     vec![
         Save,
         Append(150),
@@ -1398,6 +1429,9 @@ fn journal_plan() -> Vec<Action> {
         Append(4_000),
         Compact,
         Append(150),
+        StoreRestore(2),
+        Append(150),
+        StoreRestore(1),
         Restore(1),
         Delete,
         Save,
@@ -1601,15 +1635,15 @@ fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot(
         .count();
     assert!(saves >= 4);
     // A first save makes 17 calls (it also checks for a leftover archive marker), a save
-    // over a file this store saved 18 (it checks the base's header first); both check the
-    // lock file's identity and the journal's path: see fault_injection's clean sequences
-    // (the rewrite, then the journal and the summary). Each is cut before its first call
-    // and after every call.
+    // over a file this store saved 19 (it checks the base's header first, and the list of
+    // forks sharing the session it replaces); both check the lock file's identity and the
+    // journal's path: see fault_injection's clean sequences (the rewrite, then the
+    // journal and the summary). Each is cut before its first call and after every call.
     assert!(
         records
             .iter()
             .filter(|r| r.label.starts_with("save"))
-            .all(|r| matches!(r.steps.len(), 18 | 19)),
+            .all(|r| matches!(r.steps.len(), 18 | 20)),
         "{:?}",
         records
             .iter()
@@ -1625,13 +1659,16 @@ fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_ne
     // The run is the one described: the journal started three times (a first append, an
     // append after a new session's base replaced the first, and once more after the
     // delete), appended to, rewound (an entry that keeps fewer messages and adds none),
-    // restored twice, edited whole and compacted, each an entry appended.
+    // restored twice from a loaded snapshot and twice through the store (the first
+    // reading the log, the second from the lengths the store kept), edited whole and
+    // compacted, each an entry appended.
     let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
     let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("append (the journal started)"), 3, "{labels:?}");
-    assert_eq!(count("append of"), 4, "{labels:?}");
+    assert_eq!(count("append of"), 5, "{labels:?}");
     assert_eq!(count("rewind of"), 1, "{labels:?}");
     assert_eq!(count("restore of"), 2, "{labels:?}");
+    assert_eq!(count("store restore of"), 2, "{labels:?}");
     assert_eq!(count("edit of"), 1, "{labels:?}");
     assert_eq!(count("compaction of"), 1, "{labels:?}");
     assert_eq!(count("delete"), 1, "{labels:?}");

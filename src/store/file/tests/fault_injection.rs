@@ -1190,6 +1190,7 @@ fn kind(call: &Call) -> &'static str {
         Some("journal") => "journal",
         Some("summary") => "summary",
         Some("archived") => "archived",
+        Some("forks") => "forks",
         Some("tmp") => "temp",
         _ if path.file_name().is_some_and(|n| n == ".lock") => "lock",
         _ => "dir",
@@ -1339,12 +1340,17 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     // What this store remembers is trusted only while the base's header still names the
     // same revision (inode numbers are reused, timestamps can be coarse).
     let header = [(OpenRead, "base"), (SymlinkMetadata, "base")];
+    // The snapshot is another session than the stored one (another creation time), so
+    // the stored history goes: forks that share its first messages, listed in
+    // `<id>.forks` (there is none here), would get their own copy first.
+    let forks = [(OpenRead, "forks")];
     // A new base is written only if the journal's path is free or a plain journal, which
     // a load can read.
     let slot = [(SymlinkMetadata, "journal")];
     let remembered = [
         inspect.as_slice(),
         &header,
+        &forks,
         &slot,
         &replacing,
         &after,
@@ -1362,6 +1368,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
             (OpenRead, "journal"),
             (SymlinkMetadata, "base"),
         ],
+        &forks,
         &slot,
         &replacing,
         &after,
@@ -1403,15 +1410,17 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
     ] {
         assert_eq!(clean_save_calls(control, Existing::Remembered), replacing);
     }
-    // A delete of a session with no journal: the base, its removal made durable, then the
-    // summary and an archive marker, if any, and the directory synced again. (The base's
-    // unlink is synced before any other file goes, so a crash never keeps a base whose
-    // journal is gone.)
+    // A delete of a session with no journal: the list of forks sharing its messages
+    // (none here: each would get its own copy first), the base, its removal made durable,
+    // then the summary and an archive marker, if any, and the directory synced again.
+    // (The base's unlink is synced before any other file goes, so a crash never keeps a
+    // base whose journal is gone.)
     assert_eq!(
         clean_delete_calls(),
         [
             (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
+            (OpenRead, "forks"),
             (SymlinkMetadata, "base"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
@@ -1902,18 +1911,20 @@ fn every_failing_call_of_a_delete_with_a_journal_and_a_summary_keeps_or_removes_
 
 #[test]
 fn every_failing_call_of_a_delete_of_an_archived_session_keeps_or_removes_the_whole_session() {
-    use Op::{RemoveFile, SymlinkMetadata, SyncDir};
+    use Op::{OpenRead, RemoveFile, SymlinkMetadata, SyncDir};
     let case = DeleteCase {
         journal: true,
         archived: true,
     };
-    // The base goes first, durably, then the journal, the summary and last the archive
-    // marker (so a delete that fails keeps an archived session archived).
+    // After the list of sharing forks (none), the base goes first, durably, then the
+    // journal, the summary and last the archive marker (so a delete that fails keeps an
+    // archived session archived).
     assert_eq!(
         clean_delete_calls_of(case),
         [
             (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
+            (OpenRead, "forks"),
             (SymlinkMetadata, "base"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
@@ -2759,12 +2770,14 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         &summary,
     ]
     .concat();
-    // A new session saved over one with a journal replaces the base; once that is durable
-    // it empties the journal, durably too, so no later journal started at offset 0 lands
-    // over its old entries.
+    // A new session saved over one with a journal replaces the base (after the forks that
+    // share the old session's messages, none here, get their own copy); once that is
+    // durable it empties the journal, durably too, so no later journal started at offset
+    // 0 lands over its old entries.
     let replace = [
         remembered.as_slice(),
         &[
+            (OpenRead, "forks"),
             (SymlinkMetadata, "journal"),
             (CreateTemp, "temp"),
             (WriteAll, "temp"),
@@ -2820,14 +2833,16 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             "{case:?}"
         );
     }
-    // A delete with a journal: the base's unlink is made durable before the journal goes
-    // (the other order could bring the base back without its records, at an older
-    // revision), then the journal and the summary, and the directory synced again.
+    // A delete with a journal: the list of sharing forks (none), then the base's unlink
+    // is made durable before the journal goes (the other order could bring the base back
+    // without its records, at an older revision), then the journal and the summary, and
+    // the directory synced again.
     assert_eq!(
         clean_delete_calls_of(true),
         [
             (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
+            (OpenRead, "forks"),
             (SymlinkMetadata, "base"),
             (RemoveFile, "base"),
             (SyncDir, "dir"),
@@ -3159,4 +3174,219 @@ fn a_journal_left_by_a_failed_first_append_is_synced_into_the_directory_before_a
     assert_eq!(loaded, saved(&next));
     check_directory_durable_first(&[(failed, false), (retried, true)])
         .expect("the journal's creation made durable first");
+}
+
+// ---------------------------------------------------------------------------------------
+// SessionStore::restore: one entry appended from what the store knows of the revisions.
+// ---------------------------------------------------------------------------------------
+
+/// A session at revision 3 (a base and two turns), in a store that, when `hot`, restored
+/// it once before (so it keeps every revision's lengths) and saved a turn after; otherwise
+/// in a store opened anew, which knows nothing of it. Returns the store, the head, and
+/// what restoring revision 1 makes (times aside).
+fn prepare_restore(
+    dir: &Path,
+    fs: &Arc<FaultyFileSystem>,
+    hot: bool,
+) -> Result<(FileSessionStore, SessionSnapshot, SessionSnapshot), String> {
+    let setup = |what: &str, e: Error| format!("setup {what}: {e}");
+    let store = open_faulty(dir, fs)?;
+    let id = SessionId::parse(ID).expect("valid id");
+    store
+        .save(&snapshot_on(&id, 0, "base", 300))
+        .map_err(|e| setup("save", e))?;
+    let mut tags = vec!["first turn", "second turn"];
+    if hot {
+        tags.push("third turn");
+    }
+    for (i, tag) in tags.into_iter().enumerate() {
+        if hot && i == 2 {
+            store
+                .restore(&id, Revision::from_u64(2))
+                .map_err(|e| setup("restore", e))?;
+        }
+        let head = store.load(&id).map_err(|e| setup("load", e))?;
+        store
+            .save(&appended(&head, tag, 200))
+            .map_err(|e| setup("append", e))?;
+    }
+    let store = if hot { store } else { open_faulty(dir, fs)? };
+    let old = FileSessionStore::open(dir)
+        .and_then(|s| s.load(&id))
+        .map_err(|e| setup("load the head", e))?;
+    let mut expected = old.clone();
+    let first = FileSessionStore::open(dir)
+        .and_then(|s| s.load_at(&id, Revision::from_u64(1)))
+        .map_err(|e| setup("load revision 1", e))?;
+    expected
+        .restore_from(&first)
+        .map_err(|e| setup("restore_from", e))?;
+    Ok((store, old, expected))
+}
+
+/// Whether `loaded` is the restore `expected` describes, stored at `revision`.
+fn is_restored(loaded: &SessionSnapshot, expected: &SessionSnapshot, revision: Revision) -> bool {
+    loaded.revision() == revision
+        && loaded.transcript() == expected.transcript()
+        && loaded.tool_calls() == expected.tool_calls()
+        && loaded.usage() == expected.usage()
+        && loaded.options() == expected.options()
+        && loaded.metadata() == expected.metadata()
+}
+
+/// The calls of a clean `restore` of revision 1.
+fn clean_restore_calls(hot: bool) -> Vec<(Op, &'static str)> {
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let dir = base.join("store");
+    let (store, old, expected) = prepare_restore(&dir, &fs, hot).expect("prepare");
+    fs.disarm();
+    let revision = store
+        .restore(old.id(), Revision::from_u64(1))
+        .expect("restore");
+    let calls = steps(&fs.disarm());
+    let loaded = FileSessionStore::open(&dir)
+        .and_then(|s| s.load(old.id()))
+        .expect("load");
+    assert!(is_restored(&loaded, &expected, revision), "hot: {hot}");
+    calls
+}
+
+#[test]
+fn a_restore_in_a_store_that_knows_the_revisions_reads_nothing_but_the_base_header() {
+    use Op::{OpenRead, OpenWrite, SetLen, SymlinkMetadata, SyncData, WriteAllAt};
+    // It checks the lock, the files' identities and the base's header, and appends the
+    // entry: no read of the journal, whatever its length, and no summary (the next
+    // listing reads the session).
+    assert_eq!(
+        clean_restore_calls(true),
+        [
+            (SymlinkMetadata, "lock"),
+            (SymlinkMetadata, "dir"),
+            (SymlinkMetadata, "base"),
+            (SymlinkMetadata, "journal"),
+            (OpenRead, "base"),
+            (SymlinkMetadata, "base"),
+            (OpenWrite, "journal"),
+            (SetLen, "journal"),
+            (WriteAllAt, "journal"),
+            (SyncData, "journal"),
+        ]
+    );
+    // A store that never read the session reads it whole once, to verify it and learn
+    // its revisions, then appends the same way.
+    let cold = clean_restore_calls(false);
+    assert!(
+        cold.iter().filter(|c| **c == (OpenRead, "journal")).count() >= 1,
+        "{cold:?}"
+    );
+    assert_eq!(
+        &cold[cold.len() - 4..],
+        [
+            (OpenWrite, "journal"),
+            (SetLen, "journal"),
+            (WriteAllAt, "journal"),
+            (SyncData, "journal"),
+        ]
+    );
+}
+
+/// Restores revision 1 with call `k` failing, then checks: a typed error or success; what
+/// a fresh store loads is the old head exactly, or (after success or
+/// [`Error::NotDurable`]) the restore; no temporary file; no fsync retried; and once the
+/// fault is gone the same store restores and loads it. Returns whether the call failed.
+fn restore_with_fault(
+    hot: bool,
+    fault: Fault,
+    persistence: Persistence,
+    k: usize,
+) -> Result<bool, String> {
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let (store, old, expected) = prepare_restore(&dir, &fs, hot)?;
+    let root = store.dir().to_path_buf();
+    let id = old.id().clone();
+    let new_revision = old.revision().next();
+    fs.arm(k, fault, persistence);
+    let result = store.restore(&id, Revision::from_u64(1));
+    let calls = fs.disarm();
+    check_no_fsync_retry(&calls)?;
+    ensure!(temp_files(&root).is_empty(), "temporary files left");
+    let loaded = FileSessionStore::open(&root)
+        .and_then(|s| s.load(&id))
+        .map_err(|e| format!("the session cannot be loaded after the fault: {e}"))?;
+    let failed = match &result {
+        Ok(revision) => {
+            ensure!(
+                *revision == new_revision && is_restored(&loaded, &expected, new_revision),
+                "an acknowledged restore is not what loads (revision {})",
+                loaded.revision()
+            );
+            false
+        }
+        Err(err @ Error::NotDurable { .. }) => {
+            check_not_durable(err, &root, fault.errno(), new_revision.as_u64())?;
+            ensure!(
+                loaded == old || is_restored(&loaded, &expected, new_revision),
+                "NotDurable, but revision {} loads, neither the old head nor the restore",
+                loaded.revision()
+            );
+            true
+        }
+        Err(err) => {
+            check_io_error(err, &root, fault.errno())?;
+            ensure!(
+                loaded == old,
+                "a failed restore left revision {} loadable, not exactly the old {}",
+                loaded.revision(),
+                old.revision()
+            );
+            true
+        }
+    };
+    if loaded == old {
+        let revision = store
+            .restore(&id, Revision::from_u64(1))
+            .map_err(|e| format!("the restore again, without the fault: {e}"))?;
+        let again = FileSessionStore::open(&root)
+            .and_then(|s| s.load(&id))
+            .map_err(|e| format!("load after the retry: {e}"))?;
+        ensure!(
+            revision == new_revision && is_restored(&again, &expected, new_revision),
+            "the retried restore does not load"
+        );
+    }
+    Ok(failed)
+}
+
+#[test]
+fn every_failing_call_of_a_restore_keeps_the_old_head_or_stores_the_restore() {
+    for hot in [true, false] {
+        let calls = clean_restore_calls(hot);
+        let (mut runs, mut failed) = (0, 0);
+        let mut failures = Vec::new();
+        for k in 1..=calls.len() + 1 {
+            for fault in [Fault::Eio, Fault::Enospc] {
+                for persistence in [Persistence::Once, Persistence::Persistent] {
+                    runs += 1;
+                    match restore_with_fault(hot, fault, persistence, k) {
+                        Ok(f) => failed += usize::from(f),
+                        Err(why) => failures.push(format!(
+                            "hot {hot}, {fault:?} {persistence:?} at call {k} ({:?}): {why}",
+                            calls.get(k - 1)
+                        )),
+                    }
+                }
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} of {runs} faulted restores broke a promise:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+        assert!(failed > 0, "hot {hot}: no fault made a restore fail");
+        eprintln!("fault injection, restore (hot {hot}): {runs} faulted restores, {failed} failed with a typed error");
+    }
 }
