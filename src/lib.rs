@@ -131,8 +131,8 @@ pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{Revision, SessionId, MAX_ID_LEN};
 pub use lifecycle::{
-    Bundle, ImportIds, Imported, PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned,
-    SessionStoreExt, BUNDLE_VERSION,
+    Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason, PruneReport,
+    PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,
 };
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{

@@ -713,8 +713,8 @@ fn assemble(
 /// ```
 #[derive(Debug, Clone)]
 pub struct SessionLog {
-    checkpoint: SessionSnapshot,
-    entries: Vec<LogEntry>,
+    pub(super) checkpoint: SessionSnapshot,
+    pub(super) entries: Vec<LogEntry>,
 }
 
 impl SessionLog {
@@ -756,7 +756,7 @@ impl SessionLog {
             .map_or(self.checkpoint.revision, LogEntry::revision)
     }
 
-    fn source(&self) -> LogSource<'static> {
+    pub(super) fn source(&self) -> LogSource<'static> {
         let mut source = LogSource::new(self.checkpoint.unshared());
         for entry in &self.entries {
             source.push(entry.clone());

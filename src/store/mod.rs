@@ -341,6 +341,41 @@ pub trait SessionStore: Send + Sync {
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         restore_by_saving(self, id, revision)
     }
+
+    /// Drops the revisions of session `id` before `oldest`: `oldest` becomes the first
+    /// revision the store keeps (its state the log's new checkpoint), and what only the
+    /// dropped revisions held (messages rewound, compacted or replaced before it) is gone.
+    /// The head and every revision from `oldest` on load exactly as before; the revision
+    /// does not move, so a session loaded before still saves. Returns how many revisions
+    /// were dropped (0 if `oldest` is already the oldest kept). A retention policy calls
+    /// it: [`PrunePolicy::history`](crate::PrunePolicy::history).
+    ///
+    /// A restore of a dropped revision keeps the view it restored (written out in its
+    /// entry). A fork that shares the messages of a dropped revision (file store) gets its
+    /// own copy first, so no fork breaks.
+    ///
+    /// The default implementation suits a store that keeps only the head: there is nothing
+    /// before it to drop.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no session `id`; [`Error::RevisionNotFound`] if
+    /// the store does not keep `oldest` (dropped already, or later than the head); a
+    /// corrupt-kind error if the stored log does not load (nothing is dropped from a
+    /// damaged log); storage errors otherwise. Nothing is changed on error, and a crash
+    /// leaves the log before or after, whole.
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        let head = self.load(id)?;
+        if oldest == head.revision() {
+            return Ok(0);
+        }
+        Err(Error::RevisionNotFound {
+            id: id.clone(),
+            revision: oldest,
+            oldest: head.revision(),
+            newest: head.revision(),
+        })
+    }
 }
 
 /// [`SessionStore::restore`] through the store's own `load`, `load_at` and `save`: the
@@ -407,5 +442,9 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         (**self).restore(id, revision)
+    }
+
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        (**self).trim_history(id, oldest)
     }
 }

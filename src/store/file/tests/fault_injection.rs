@@ -3390,3 +3390,212 @@ fn every_failing_call_of_a_restore_keeps_the_old_head_or_stores_the_restore() {
         eprintln!("fault injection, restore (hot {hot}): {runs} faulted restores, {failed} failed with a typed error");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// SessionStore::trim_history: three atomic replacements, each leaving a log that loads.
+// ---------------------------------------------------------------------------------------
+
+/// A session at revision 6 (a base, four turns, a rewind), in a store that knows it;
+/// every revision as it loads, oldest first.
+fn prepare_trim(
+    dir: &Path,
+    fs: &Arc<FaultyFileSystem>,
+) -> Result<(FileSessionStore, SessionId, Vec<SessionSnapshot>), String> {
+    let setup = |what: &str, e: Error| format!("setup {what}: {e}");
+    let store = open_faulty(dir, fs)?;
+    let id = SessionId::parse(ID).expect("valid id");
+    store
+        .save(&snapshot_on(&id, 0, "base", 300))
+        .map_err(|e| setup("save", e))?;
+    for tag in ["one", "two", "three", "four"] {
+        let head = store.load(&id).map_err(|e| setup("load", e))?;
+        store
+            .save(&appended(&head, tag, 200))
+            .map_err(|e| setup("append", e))?;
+    }
+    let mut head = store.load(&id).map_err(|e| setup("load", e))?;
+    head.rewind(RewindTo::LastTurns(1))
+        .map_err(|e| setup("rewind", e))?;
+    store.save(&head).map_err(|e| setup("rewind", e))?;
+    let revisions = (1..=6)
+        .map(|r| store.load_at(&id, Revision::from_u64(r)))
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| setup("load_at", e))?;
+    Ok((store, id, revisions))
+}
+
+/// Which revisions a fresh store keeps of `id`, checking each loads as `expected` says.
+fn kept_revisions(
+    root: &Path,
+    id: &SessionId,
+    expected: &[SessionSnapshot],
+) -> Result<Vec<u64>, String> {
+    let fresh = FileSessionStore::open(root).map_err(|e| format!("reopen: {e}"))?;
+    let head = fresh.load(id).map_err(|e| format!("load: {e}"))?;
+    ensure!(
+        Some(&head) == expected.last(),
+        "the head changed: revision {}",
+        head.revision()
+    );
+    let mut kept = Vec::new();
+    for (i, before) in expected.iter().enumerate() {
+        match fresh.load_at(id, before.revision()) {
+            Ok(loaded) => {
+                ensure!(&loaded == before, "revision {} loads otherwise", i + 1);
+                kept.push(before.revision().as_u64());
+            }
+            Err(Error::RevisionNotFound { .. }) => {}
+            Err(e) => return Err(format!("load_at {}: {e}", i + 1)),
+        }
+    }
+    let listed: Vec<u64> = fresh
+        .revisions(id)
+        .map_err(|e| format!("revisions: {e}"))?
+        .iter()
+        .map(|r| r.revision.as_u64())
+        .collect();
+    ensure!(
+        listed == kept,
+        "revisions() lists {listed:?}, {kept:?} load"
+    );
+    Ok(kept)
+}
+
+#[test]
+fn a_clean_trim_is_three_atomic_replacements() {
+    use Op::{CreateTemp, Rename, SyncDir, SyncFile, WriteAll};
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let dir = base.join("store");
+    let (store, id, revisions) = prepare_trim(&dir, &fs).expect("prepare");
+    fs.disarm();
+    assert_eq!(
+        store
+            .trim_history(&id, Revision::from_u64(4))
+            .expect("trim"),
+        3
+    );
+    let calls = steps(&fs.disarm());
+    let replace = |file| {
+        [
+            (CreateTemp, "temp"),
+            (WriteAll, "temp"),
+            (SyncFile, "temp"),
+            (Rename, file),
+            (SyncDir, "dir"),
+        ]
+    };
+    let writes: Vec<(Op, &str)> = calls
+        .iter()
+        .copied()
+        .filter(|(op, _)| matches!(op, CreateTemp | WriteAll | SyncFile | Rename | SyncDir))
+        .collect();
+    let renamed: Vec<(Op, &str)> = [replace("temp"), replace("temp"), replace("temp")].concat();
+    assert_eq!(writes, renamed, "{calls:?}");
+    assert_eq!(
+        kept_revisions(&dir, &id, &revisions).expect("after"),
+        [4, 5, 6]
+    );
+}
+
+/// Trims revisions 1 to 3 with call `k` failing, then checks: a typed error or success;
+/// the head loads unchanged; the revisions kept are all six (nothing done) or 4 to 6, each
+/// loading as before; `Ok` means 4 to 6; no temporary file; no fsync retried; and the
+/// trim once the fault is gone leaves 4 to 6. Returns whether the call failed.
+fn trim_with_fault(fault: Fault, persistence: Persistence, k: usize) -> Result<bool, String> {
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let (store, id, revisions) = prepare_trim(&dir, &fs)?;
+    let root = store.dir().to_path_buf();
+    fs.arm(k, fault, persistence);
+    let result = store.trim_history(&id, Revision::from_u64(4));
+    let calls = fs.disarm();
+    check_no_fsync_retry(&calls)?;
+    let cleanup_failed = calls
+        .iter()
+        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+    ensure!(
+        temp_files(&root).len() == usize::from(cleanup_failed),
+        "temporary files left"
+    );
+    let kept = kept_revisions(&root, &id, &revisions)?;
+    ensure!(
+        kept == [1, 2, 3, 4, 5, 6] || kept == [4, 5, 6],
+        "revisions {kept:?} kept"
+    );
+    let failed = match &result {
+        Ok(dropped) => {
+            ensure!(*dropped == 3 && kept == [4, 5, 6], "Ok, but {kept:?} kept");
+            false
+        }
+        Err(err @ Error::NotDurable { .. }) => {
+            check_not_durable(err, &root, fault.errno(), 6)?;
+            true
+        }
+        Err(err) => {
+            check_io_error(err, &root, fault.errno())?;
+            true
+        }
+    };
+    let dropped = store
+        .trim_history(&id, Revision::from_u64(4))
+        .map_err(|e| format!("the trim again, without the fault: {e}"))?;
+    ensure!(
+        dropped == if kept.len() == 6 { 3 } else { 0 },
+        "the retry dropped {dropped}"
+    );
+    let after = kept_revisions(&root, &id, &revisions)?;
+    ensure!(after == [4, 5, 6], "after the retry {after:?} kept");
+    // The base and the journal are in the usual form again: a fresh store appends.
+    let fresh = FileSessionStore::open(&root).map_err(|e| format!("reopen: {e}"))?;
+    let head = fresh.load(&id).map_err(|e| format!("load: {e}"))?;
+    let next = appended(&head, "after the trim", 100);
+    let revision = fresh
+        .save(&next)
+        .map_err(|e| format!("save after the trim: {e}"))?;
+    ensure!(
+        fresh.load(&id).map_err(|e| e.to_string())? == next.with_revision(revision),
+        "the save after the trim does not load"
+    );
+    Ok(failed)
+}
+
+#[test]
+fn every_failing_call_of_a_trim_keeps_the_history_or_drops_exactly_the_revisions_asked() {
+    let calls = {
+        let (_scratch, base) = scratch_dir();
+        let fs = Arc::new(FaultyFileSystem::default());
+        let dir = base.join("store");
+        let (store, id, _) = prepare_trim(&dir, &fs).expect("prepare");
+        fs.disarm();
+        store
+            .trim_history(&id, Revision::from_u64(4))
+            .expect("trim");
+        steps(&fs.disarm())
+    };
+    let (mut runs, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for k in 1..=calls.len() + 1 {
+        for fault in [Fault::Eio, Fault::Enospc] {
+            for persistence in [Persistence::Once, Persistence::Persistent] {
+                runs += 1;
+                match trim_with_fault(fault, persistence, k) {
+                    Ok(f) => failed += usize::from(f),
+                    Err(why) => failures.push(format!(
+                        "{fault:?} {persistence:?} at call {k} ({:?}): {why}",
+                        calls.get(k - 1)
+                    )),
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} faulted trims broke a promise:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(failed > 0);
+    eprintln!("fault injection, trim: {runs} faulted trims over {} calls, {failed} failed with a typed error", calls.len());
+}
