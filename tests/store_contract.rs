@@ -227,15 +227,15 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
     }
     let report = testing::contract(|| Minimal(MemorySessionStore::new()));
     println!("{report}");
-    assert_eq!(report.skipped.len(), 17, "{report}");
-    // Six of them need a kept history: the required methods alone keep only the head.
+    assert_eq!(report.skipped.len(), 18, "{report}");
+    // Seven of them need a kept history: the required methods alone keep only the head.
     assert_eq!(
         report
             .skipped
             .iter()
             .filter(|s| s.needs == testing::HISTORY)
             .count(),
-        6,
+        7,
         "{report}"
     );
     report.assert_complete_except(&[
@@ -251,7 +251,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
         .skipped
         .iter()
         .any(|s| s.case == "prune_by_count_keeps_the_newest"));
-    assert_eq!(report.passed.len() + report.skipped.len(), 46, "{report}");
+    assert_eq!(report.passed.len() + report.skipped.len(), 47, "{report}");
     let panicked = panic::catch_unwind(AssertUnwindSafe(|| report.assert_complete()));
     assert!(
         panicked.is_err(),
@@ -326,11 +326,29 @@ impl<S: SessionStore> SessionStore for ForgetsOne<S> {
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         self.inner.restore(id, revision)
     }
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        if self.forgets == "trim_history" {
+            // What a head-only store answers: nothing before the head to drop.
+            let head = self.inner.load(id)?;
+            return if oldest == head.revision() {
+                Ok(0)
+            } else {
+                Err(agent_session::Error::RevisionNotFound {
+                    id: id.clone(),
+                    revision: oldest,
+                    oldest: head.revision(),
+                    newest: head.revision(),
+                })
+            };
+        }
+        self.inner.trim_history(id, oldest)
+    }
 }
 
 /// The negative control of the history cases: a wrapper that keeps only the head for
-/// `load_at`, drops the messages out of the view from `history`, or lists revisions out
-/// of order fails the contract, naming the case that caught it.
+/// `load_at`, drops the messages out of the view from `history`, lists revisions out of
+/// order, or leaves `trim_history` to the head-only default fails the contract, naming
+/// the case that caught it.
 #[test]
 fn the_contract_catches_a_store_that_drops_or_misorders_history() {
     for (forgets, case) in [
@@ -345,6 +363,10 @@ fn the_contract_catches_a_store_that_drops_or_misorders_history() {
         (
             "order",
             "every_revision_loads_as_saved_and_is_listed_with_its_kind",
+        ),
+        (
+            "trim_history",
+            "trim_history_drops_the_earlier_revisions_and_keeps_the_later_ones",
         ),
     ] {
         let failure = panic::catch_unwind(AssertUnwindSafe(|| {

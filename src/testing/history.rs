@@ -615,3 +615,83 @@ pub(super) fn a_fork_outlives_its_parents_rewind_compaction_restore_and_deletion
     );
     assert_eq!(store.load(&fork_id).expect("load"), next);
 }
+
+/// Dropping the revisions before a point (`trim_history`): the head and every revision
+/// from the point on load exactly as before, the earlier ones are `RevisionNotFound`
+/// naming the new oldest, the listing and the history count what is kept, a restore of a
+/// dropped revision keeps the view it made, a snapshot loaded before the trim still saves,
+/// and a revision not kept is refused with nothing changed.
+pub(super) fn trim_history_drops_the_earlier_revisions_and_keeps_the_later_ones<S: SessionStore>(
+    store: &S,
+) {
+    let first = two_turns("trimmed");
+    let sid = first.id().clone();
+    let mut states = vec![save_changed(store, first)];
+    states.push(save_turn(store, &sid, "three"));
+    states.push(
+        store
+            .rewind(&sid, RewindTo::LastTurns(1))
+            .expect("rewind the last turn"),
+    );
+    // A restore of revision 1, which the trim below drops.
+    store.restore(&sid, Revision::from_u64(1)).expect("restore");
+    states.push(store.load(&sid).expect("load the restore"));
+    states.push(save_turn(store, &sid, "four"));
+    let stale = store.load(&sid).expect("load before the trim");
+    let head = stale.clone();
+
+    let cut = Revision::from_u64(3);
+    assert_eq!(store.trim_history(&sid, cut).expect("trim"), 2);
+    assert_eq!(store.load(&sid).expect("load"), head, "the head");
+    for state in &states {
+        match store.load_at(&sid, state.revision()) {
+            Ok(loaded) => {
+                assert!(
+                    state.revision() >= cut,
+                    "revision {} loads",
+                    state.revision()
+                );
+                assert_eq!(&loaded, state, "revision {}", state.revision());
+            }
+            Err(Error::RevisionNotFound { oldest, .. }) => {
+                assert!(
+                    state.revision() < cut,
+                    "revision {} is gone",
+                    state.revision()
+                );
+                assert_eq!(oldest, cut);
+            }
+            Err(e) => panic!("load_at {}: {e}", state.revision()),
+        }
+    }
+    let revisions = store.revisions(&sid).expect("revisions");
+    let listed: Vec<u64> = revisions.iter().map(|r| r.revision.as_u64()).collect();
+    assert_eq!(listed, [3, 4, 5]);
+    assert_eq!(revisions[1].messages, states[0].transcript().len());
+    assert_eq!(store.history(&sid).expect("history").oldest_revision, cut);
+    assert_listed_stats(store, &sid, "after the trim");
+
+    // A revision not kept: refused, nothing changed.
+    let before = everything(store, &sid);
+    for wrong in [Revision::from_u64(1), Revision::from_u64(9)] {
+        let err = store.trim_history(&sid, wrong).expect_err("not kept");
+        assert!(
+            matches!(err, Error::RevisionNotFound { revision, .. } if revision == wrong),
+            "{err:?}"
+        );
+    }
+    assert_eq!(everything(store, &sid), before);
+
+    // The snapshot loaded before the trim still saves.
+    let next = stale
+        .with_appended(turn("five"), vec![], chrono::Utc::now())
+        .expect("append");
+    let revision = store
+        .save(&next)
+        .expect("a snapshot from before the trim saves");
+    assert_eq!(
+        store.load(&sid).expect("load"),
+        next.with_revision(revision)
+    );
+    assert_listed_stats(store, &sid, "after a save from before the trim");
+}

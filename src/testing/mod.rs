@@ -294,6 +294,10 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
         history::a_fork_outlives_its_parents_rewind_compaction_restore_and_deletion
     );
     on_store!(
+        History,
+        history::trim_history_drops_the_earlier_revisions_and_keeps_the_later_ones
+    );
+    on_store!(
         Archiving,
         lifecycle::archive_hides_from_list_but_keeps_loading_saving_and_forking
     );
