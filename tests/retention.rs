@@ -80,6 +80,20 @@ fn rich_history<S: SessionStore + ?Sized>(store: &S, id: &SessionId) -> Vec<Sess
         .collect()
 }
 
+/// How `store`'s listing shows session `id`.
+fn summary_of<S: SessionStore + ?Sized>(
+    store: &S,
+    id: &SessionId,
+) -> agent_session::SessionSummary {
+    store
+        .list()
+        .expect("list")
+        .sessions
+        .into_iter()
+        .find(|s| s.id == *id)
+        .expect("listed")
+}
+
 /// Checks one store: the trim at revision 7 and everything the module says.
 #[allow(clippy::too_many_lines)] // one scenario, checked step by step
 fn trims_and_keeps_every_later_revision<S: SessionStore + ?Sized>(store: &S, what: &str) {
@@ -139,13 +153,7 @@ fn trims_and_keeps_every_later_revision<S: SessionStore + ?Sized>(store: &S, wha
             "{what}: {after} bytes after, {before} before"
         );
     }
-    let listed = store
-        .list()
-        .expect("list")
-        .sessions
-        .into_iter()
-        .find(|s| s.id == id)
-        .expect("listed");
+    let listed = summary_of(store, &id);
     assert_eq!(listed.history.oldest_revision, cut, "{what}");
     assert_eq!(listed.revision, head.revision(), "{what}");
 
@@ -178,13 +186,7 @@ fn trims_and_keeps_every_later_revision<S: SessionStore + ?Sized>(store: &S, wha
     let saved = store.save(&next).expect("a stale session saves");
     let loaded = store.load(&id).expect("load");
     assert_eq!(loaded, next.with_revision(saved), "{what}");
-    let listed = store
-        .list()
-        .expect("list")
-        .sessions
-        .into_iter()
-        .find(|s| s.id == id)
-        .expect("listed");
+    let listed = summary_of(store, &id);
     assert_eq!(listed.history, loaded.history_stats(), "{what}");
     assert_eq!(listed.history.oldest_revision, cut, "{what}");
     // Trimmed to the head: one revision left, the view only.

@@ -3234,6 +3234,32 @@ fn is_restored(loaded: &SessionSnapshot, expected: &SessionSnapshot, revision: R
         && loaded.metadata() == expected.metadata()
 }
 
+/// Runs `faulted` with each call `k` of `calls` (and one past them) failing, with EIO and
+/// ENOSPC, once and persistently: how many runs, how many failed (as `faulted` says), and
+/// the promises broken, each naming its fault and call.
+fn sweep_calls(
+    calls: &[(Op, &'static str)],
+    faulted: impl Fn(Fault, Persistence, usize) -> Result<bool, String>,
+) -> (usize, usize, Vec<String>) {
+    let (mut runs, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for k in 1..=calls.len() + 1 {
+        for fault in [Fault::Eio, Fault::Enospc] {
+            for persistence in [Persistence::Once, Persistence::Persistent] {
+                runs += 1;
+                match faulted(fault, persistence, k) {
+                    Ok(f) => failed += usize::from(f),
+                    Err(why) => failures.push(format!(
+                        "{fault:?} {persistence:?} at call {k} ({:?}): {why}",
+                        calls.get(k - 1)
+                    )),
+                }
+            }
+        }
+    }
+    (runs, failed, failures)
+}
+
 /// The calls of a clean `restore` of revision 1.
 fn clean_restore_calls(hot: bool) -> Vec<(Op, &'static str)> {
     let (_scratch, base) = scratch_dir();
@@ -3364,22 +3390,9 @@ fn restore_with_fault(
 fn every_failing_call_of_a_restore_keeps_the_old_head_or_stores_the_restore() {
     for hot in [true, false] {
         let calls = clean_restore_calls(hot);
-        let (mut runs, mut failed) = (0, 0);
-        let mut failures = Vec::new();
-        for k in 1..=calls.len() + 1 {
-            for fault in [Fault::Eio, Fault::Enospc] {
-                for persistence in [Persistence::Once, Persistence::Persistent] {
-                    runs += 1;
-                    match restore_with_fault(hot, fault, persistence, k) {
-                        Ok(f) => failed += usize::from(f),
-                        Err(why) => failures.push(format!(
-                            "hot {hot}, {fault:?} {persistence:?} at call {k} ({:?}): {why}",
-                            calls.get(k - 1)
-                        )),
-                    }
-                }
-            }
-        }
+        let (runs, failed, failures) = sweep_calls(&calls, |fault, persistence, k| {
+            restore_with_fault(hot, fault, persistence, k)
+        });
         assert!(
             failures.is_empty(),
             "{} of {runs} faulted restores broke a promise:\n{}",
@@ -3574,22 +3587,7 @@ fn every_failing_call_of_a_trim_keeps_the_history_or_drops_exactly_the_revisions
             .expect("trim");
         steps(&fs.disarm())
     };
-    let (mut runs, mut failed) = (0, 0);
-    let mut failures = Vec::new();
-    for k in 1..=calls.len() + 1 {
-        for fault in [Fault::Eio, Fault::Enospc] {
-            for persistence in [Persistence::Once, Persistence::Persistent] {
-                runs += 1;
-                match trim_with_fault(fault, persistence, k) {
-                    Ok(f) => failed += usize::from(f),
-                    Err(why) => failures.push(format!(
-                        "{fault:?} {persistence:?} at call {k} ({:?}): {why}",
-                        calls.get(k - 1)
-                    )),
-                }
-            }
-        }
-    }
+    let (runs, failed, failures) = sweep_calls(&calls, trim_with_fault);
     assert!(
         failures.is_empty(),
         "{} of {runs} faulted trims broke a promise:\n{}",
