@@ -4,27 +4,60 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::compactor::{CompactionPolicy, CompactionRequest, Compactor};
+use crate::engine::BoxFuture;
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::lifecycle::{PrunePolicy, PruneReport, SessionStoreExt};
+use crate::lifecycle::{AsyncSessionStoreExt, PrunePolicy, PruneReport, SessionStoreExt};
 use crate::redact::Redactor;
-use crate::session::{Session, SessionOptions, TurnOutcome};
+use crate::session::{AsyncCheckpoint, Session, SessionOptions, TurnOutcome};
 use crate::snapshot::SessionSnapshot;
 use crate::snapshot::{ForkAt, RewindTo};
-use crate::store::{ListCursor, SessionList, SessionPage, SessionStore};
+use crate::store::{AsyncSessionStore, ListCursor, SessionList, SessionPage, SessionStore};
 use crate::transcript::Message;
 
-/// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor, and saves it.
-fn save_redacted(
-    store: &dyn SessionStore,
-    redactor: Option<&dyn Redactor>,
-    snapshot: &mut SessionSnapshot,
-) -> Result<Revision> {
+/// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor.
+fn redact(redactor: Option<&dyn Redactor>, snapshot: &mut SessionSnapshot) {
     if let Some(redactor) = redactor {
         snapshot.redact(redactor);
     }
-    store.save(snapshot)
+}
+
+/// Records in `session` what a save of `snapshot` (taken from it, maybe redacted since)
+/// returned, and passes the outcome on.
+fn record_save<E>(
+    session: &mut Session<E>,
+    snapshot: &SessionSnapshot,
+    saved: Result<Revision>,
+) -> Result<Revision> {
+    match saved {
+        Ok(revision) => {
+            session.record_saved(snapshot, revision);
+            Ok(revision)
+        }
+        // Stored, but maybe not durable: the session is at the new revision either way.
+        Err(err @ Error::NotDurable { revision, .. }) => {
+            session.record_saved(snapshot, revision);
+            Err(err)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// The step checkpoints of [`Autosave::EveryStep`], saved through the async store.
+struct StepSaver<'h> {
+    store: &'h dyn AsyncSessionStore,
+    redactor: Option<&'h dyn Redactor>,
+}
+
+impl AsyncCheckpoint for StepSaver<'_> {
+    fn save<'a>(
+        &'a mut self,
+        snapshot: &'a mut SessionSnapshot,
+    ) -> BoxFuture<'a, Result<Revision>> {
+        redact(self.redactor, snapshot);
+        self.store.save(snapshot)
+    }
 }
 
 /// When [`Harness::send`] and [`Harness::send_message`] save a session by themselves.
@@ -103,6 +136,8 @@ pub enum Autosave {
 /// ```
 pub struct Harness<F> {
     store: Arc<dyn SessionStore>,
+    /// The same store for async code ([`SessionStore::into_async`]).
+    async_store: Arc<dyn AsyncSessionStore>,
     engine_factory: F,
     tools: Option<Arc<dyn ToolExecutor>>,
     redactor: Option<Arc<dyn Redactor>>,
@@ -138,6 +173,7 @@ impl<F> fmt::Debug for Harness<F> {
 #[must_use]
 pub struct HarnessBuilder<F> {
     store: Arc<dyn SessionStore>,
+    async_store: Arc<dyn AsyncSessionStore>,
     engine_factory: F,
     tools: Option<Arc<dyn ToolExecutor>>,
     redactor: Option<Arc<dyn Redactor>>,
@@ -205,6 +241,7 @@ impl<F> HarnessBuilder<F> {
     pub fn build(self) -> Harness<F> {
         Harness {
             store: self.store,
+            async_store: self.async_store,
             engine_factory: self.engine_factory,
             tools: self.tools,
             redactor: self.redactor,
@@ -221,9 +258,15 @@ where
 {
     /// Starts configuring a harness over `store`, calling `engine_factory` for a fresh
     /// engine every time a session is created or resumed.
-    pub fn builder(store: impl SessionStore + 'static, engine_factory: F) -> HarnessBuilder<F> {
+    ///
+    /// The harness's async entry points (`*_async`, and the saves of [`send`](Self::send))
+    /// reach the store through [`SessionStore::into_async`]: on tokio's blocking pool for
+    /// the file store, natively for the PostgreSQL store.
+    pub fn builder<S: SessionStore + 'static>(store: S, engine_factory: F) -> HarnessBuilder<F> {
+        let store = Arc::new(store);
         HarnessBuilder {
-            store: Arc::new(store),
+            async_store: Arc::clone(&store).into_async(),
+            store,
             engine_factory,
             tools: None,
             redactor: None,
@@ -236,6 +279,12 @@ where
     #[must_use]
     pub fn store(&self) -> &dyn SessionStore {
         &*self.store
+    }
+
+    /// The store, for async code (see [`SessionStore::into_async`]).
+    #[must_use]
+    pub fn async_store(&self) -> &dyn AsyncSessionStore {
+        &*self.async_store
     }
 
     /// A new session with a fresh generated id. It is not stored until
@@ -264,18 +313,45 @@ where
     /// after [`Error::NotDurable`], when it records the revision that is now stored.
     pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
         let mut snapshot = session.snapshot();
-        match self.save_snapshot(&mut snapshot) {
-            Ok(revision) => {
-                session.record_saved(&snapshot, revision);
-                Ok(revision)
-            }
-            // Stored, but maybe not durable: the session is at the new revision either way.
-            Err(err @ Error::NotDurable { revision, .. }) => {
-                session.record_saved(&snapshot, revision);
-                Err(err)
-            }
-            Err(err) => Err(err),
-        }
+        redact(self.redactor.as_deref(), &mut snapshot);
+        let saved = self.store.save(&snapshot);
+        record_save(session, &snapshot, saved)
+    }
+
+    /// [`save_session`](Self::save_session) for async code: the save is awaited, never
+    /// blocking the executor (see [`SessionStore::into_async`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`save_session`](Self::save_session).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, Engine};
+    /// # struct MyEngine;
+    /// # impl Engine for MyEngine {
+    /// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+    /// # }
+    /// use agent_session::{FileSessionStore, Harness, SessionOptions};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// let harness = Harness::builder(FileSessionStore::open(dir.path())?, || MyEngine).build();
+    /// let mut session = harness.new_session(SessionOptions::new("model"))?;
+    /// harness.save_session_async(&mut session).await?;
+    /// let resumed = harness.resume_session_async(session.id(), None).await?;
+    /// assert_eq!(resumed.revision(), session.revision());
+    /// assert_eq!(harness.list_sessions_async().await?.sessions.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn save_session_async(&self, session: &mut Session<E>) -> Result<Revision> {
+        let mut snapshot = session.snapshot();
+        redact(self.redactor.as_deref(), &mut snapshot);
+        let saved = self.async_store.save(&snapshot).await;
+        record_save(session, &snapshot, saved)
     }
 
     /// Takes `session` back to `to` ([`Session::rewind`]) and saves it: the `/undo` of an
@@ -321,10 +397,18 @@ where
         self.save_session(session)
     }
 
-    /// Redacts `snapshot` (a fresh copy, so in place) if the harness has a redactor, and
-    /// saves it.
-    fn save_snapshot(&self, snapshot: &mut SessionSnapshot) -> Result<Revision> {
-        save_redacted(&*self.store, self.redactor.as_deref(), snapshot)
+    /// [`rewind_session`](Self::rewind_session) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`rewind_session`](Self::rewind_session).
+    pub async fn rewind_session_async(
+        &self,
+        session: &mut Session<E>,
+        to: RewindTo,
+    ) -> Result<Revision> {
+        session.rewind(to)?;
+        self.save_session_async(session).await
     }
 
     /// Sends a user message to `session` (see [`Session::send`]) and saves it as the
@@ -356,18 +440,17 @@ where
             Autosave::Off => session.send_message(message).await?,
             Autosave::EveryTurn => {
                 let outcome = session.send_message(message).await?;
-                self.save_session(session)?;
+                self.save_session_async(session).await?;
                 outcome
             }
             Autosave::EveryStep => {
                 // Borrows only the store and redactor, which are `Sync`, so the turn's
                 // future stays `Send` whatever the engine factory is.
-                let (store, redactor) = (&*self.store, self.redactor.as_deref());
-                session
-                    .send_message_with(message, &mut |snapshot| {
-                        save_redacted(store, redactor, snapshot)
-                    })
-                    .await?
+                let mut saver = StepSaver {
+                    store: &*self.async_store,
+                    redactor: self.redactor.as_deref(),
+                };
+                session.send_message_with_async(message, &mut saver).await?
             }
         };
         if let Some((compactor, policy)) = &self.compaction {
@@ -375,7 +458,7 @@ where
                 && self.run_compaction(session, &**compactor, policy).await?
                 && self.autosave != Autosave::Off
             {
-                self.save_session(session)?;
+                self.save_session_async(session).await?;
             }
         }
         Ok(outcome)
@@ -430,7 +513,7 @@ where
         if !self.run_compaction(session, &**compactor, policy).await? {
             return Ok(None);
         }
-        self.save_session(session).map(Some)
+        self.save_session_async(session).await.map(Some)
     }
 
     /// Makes revision `revision` of `session` its state again ([`Session::restore_from`],
@@ -481,6 +564,21 @@ where
         self.save_session(session)
     }
 
+    /// [`restore_session`](Self::restore_session) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`restore_session`](Self::restore_session).
+    pub async fn restore_session_async(
+        &self,
+        session: &mut Session<E>,
+        revision: Revision,
+    ) -> Result<Revision> {
+        let past = self.async_store.load_at(session.id(), revision).await?;
+        session.restore_from(&past)?;
+        self.save_session_async(session).await
+    }
+
     /// Loads session `id` and binds it to a fresh engine from the factory.
     ///
     /// With `options` `None`, the model, system prompt, `max_turns` and metadata come from
@@ -499,6 +597,20 @@ where
         options: Option<SessionOptions>,
     ) -> Result<Session<E>> {
         self.resume_session_with(id, |saved| options.unwrap_or(saved))
+    }
+
+    /// [`resume_session`](Self::resume_session) for async code: the load is awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`resume_session`](Self::resume_session).
+    pub async fn resume_session_async(
+        &self,
+        id: &SessionId,
+        options: Option<SessionOptions>,
+    ) -> Result<Session<E>> {
+        self.resume_session_with_async(id, |saved| options.unwrap_or(saved))
+            .await
     }
 
     /// Loads session `id`, lets `adjust` change the options saved with it, and binds it to
@@ -537,7 +649,30 @@ where
         id: &SessionId,
         adjust: impl FnOnce(SessionOptions) -> SessionOptions,
     ) -> Result<Session<E>> {
-        let snapshot = self.store.load(id)?;
+        self.bind(self.store.load(id)?, adjust)
+    }
+
+    /// [`resume_session_with`](Self::resume_session_with) for async code: the load is
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`resume_session`](Self::resume_session).
+    pub async fn resume_session_with_async(
+        &self,
+        id: &SessionId,
+        adjust: impl FnOnce(SessionOptions) -> SessionOptions,
+    ) -> Result<Session<E>> {
+        self.bind(self.async_store.load(id).await?, adjust)
+    }
+
+    /// Binds a loaded `snapshot` to a fresh engine, with its options as `adjust` makes
+    /// them.
+    fn bind(
+        &self,
+        snapshot: SessionSnapshot,
+        adjust: impl FnOnce(SessionOptions) -> SessionOptions,
+    ) -> Result<Session<E>> {
         let options = adjust(SessionOptions::from_snapshot(&snapshot));
         Session::restore(
             snapshot,
@@ -553,14 +688,18 @@ where
     /// [`Error::NoSessions`] if the store holds no readable session; otherwise as
     /// [`resume_session`](Self::resume_session).
     pub fn resume_latest(&self, options: Option<SessionOptions>) -> Result<Session<E>> {
-        let latest = self
-            .store
-            .list()?
-            .sessions
-            .into_iter()
-            .next()
-            .ok_or(Error::NoSessions)?;
-        self.resume_session(&latest.id, options)
+        let latest = latest(self.store.list()?)?;
+        self.resume_session(&latest, options)
+    }
+
+    /// [`resume_latest`](Self::resume_latest) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`resume_latest`](Self::resume_latest).
+    pub async fn resume_latest_async(&self, options: Option<SessionOptions>) -> Result<Session<E>> {
+        let latest = latest(self.async_store.list().await?)?;
+        self.resume_session_async(&latest, options).await
     }
 
     /// Lists stored sessions, newest first.
@@ -570,6 +709,15 @@ where
     /// As [`SessionStore::list`].
     pub fn list_sessions(&self) -> Result<SessionList> {
         self.store.list()
+    }
+
+    /// [`list_sessions`](Self::list_sessions) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::list`].
+    pub async fn list_sessions_async(&self) -> Result<SessionList> {
+        self.async_store.list().await
     }
 
     /// One page of the stored sessions; see [`SessionStore::list_page`].
@@ -585,6 +733,19 @@ where
         self.store.list_page(limit, after)
     }
 
+    /// [`list_sessions_page`](Self::list_sessions_page) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::list_page`].
+    pub async fn list_sessions_page_async(
+        &self,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        self.async_store.list_page(limit, after).await
+    }
+
     /// Deletes stored session `id`.
     ///
     /// # Errors
@@ -592,6 +753,15 @@ where
     /// As [`SessionStore::delete`].
     pub fn delete_session(&self, id: &SessionId) -> Result<()> {
         self.store.delete(id)
+    }
+
+    /// [`delete_session`](Self::delete_session) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::delete`].
+    pub async fn delete_session_async(&self, id: &SessionId) -> Result<()> {
+        self.async_store.delete(id).await
     }
 
     /// Forks session `id` at `at` into a new session with a generated id, saves the fork,
@@ -621,9 +791,19 @@ where
     /// # Ok::<(), agent_session::Error>(())
     /// ```
     pub fn fork_session(&self, id: &SessionId, at: ForkAt) -> Result<Session<E>> {
-        let fork = self.store.fork(id, at, SessionId::generate())?;
-        let options = self.with_default_tools(SessionOptions::from_snapshot(&fork));
-        Session::restore(fork, (self.engine_factory)(), Some(options))
+        let fork = SessionStoreExt::fork(&*self.store, id, at, SessionId::generate())?;
+        self.bind(fork, |saved| saved)
+    }
+
+    /// [`fork_session`](Self::fork_session) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::fork`](crate::SessionStoreExt::fork).
+    pub async fn fork_session_async(&self, id: &SessionId, at: ForkAt) -> Result<Session<E>> {
+        let fork =
+            AsyncSessionStoreExt::fork(&*self.async_store, id, at, SessionId::generate()).await?;
+        self.bind(fork, |saved| saved)
     }
 
     /// Archives session `id`: it leaves [`list_sessions`](Self::list_sessions) but still
@@ -645,6 +825,24 @@ where
         self.store.set_archived(id, false)
     }
 
+    /// [`archive_session`](Self::archive_session) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::set_archived`].
+    pub async fn archive_session_async(&self, id: &SessionId) -> Result<()> {
+        self.async_store.set_archived(id, true).await
+    }
+
+    /// [`unarchive_session`](Self::unarchive_session) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::set_archived`].
+    pub async fn unarchive_session_async(&self, id: &SessionId) -> Result<()> {
+        self.async_store.set_archived(id, false).await
+    }
+
     /// Deletes (or with a dry run, lists) what `policy` says should go; see
     /// [`SessionStoreExt::prune`](crate::SessionStoreExt::prune).
     ///
@@ -652,7 +850,16 @@ where
     ///
     /// As [`SessionStoreExt::prune`](crate::SessionStoreExt::prune).
     pub fn prune_sessions(&self, policy: &PrunePolicy) -> Result<PruneReport> {
-        self.store.prune(policy)
+        SessionStoreExt::prune(&*self.store, policy)
+    }
+
+    /// [`prune_sessions`](Self::prune_sessions) for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::prune`](crate::SessionStoreExt::prune).
+    pub async fn prune_sessions_async(&self, policy: &PrunePolicy) -> Result<PruneReport> {
+        AsyncSessionStoreExt::prune(&*self.async_store, policy).await
     }
 
     fn with_default_tools(&self, mut options: SessionOptions) -> SessionOptions {
@@ -661,4 +868,14 @@ where
         }
         options
     }
+}
+
+/// The id of the first (most recently updated) session of `listing`.
+fn latest(listing: SessionList) -> Result<SessionId> {
+    listing
+        .sessions
+        .into_iter()
+        .next()
+        .map(|summary| summary.id)
+        .ok_or(Error::NoSessions)
 }

@@ -135,12 +135,13 @@ pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{Revision, SessionId, MAX_ID_LEN};
 pub use lifecycle::{
-    Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason, PruneReport,
-    PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,
+    AsyncSessionStoreExt, Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason,
+    PruneReport, PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,
 };
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{
-    Checkpoint, Session, SessionOptions, StopReason, TurnOutcome, INTERRUPTED_OUTPUT,
+    AsyncCheckpoint, Checkpoint, Session, SessionOptions, StopReason, TurnOutcome,
+    INTERRUPTED_OUTPUT,
 };
 pub use snapshot::{
     BlockPosition, EntryKind, ForkAt, History, HistoryMessage, HistoryStats, Lineage, LogEntry,
@@ -149,9 +150,10 @@ pub use snapshot::{
     SCHEMA_VERSION,
 };
 pub use store::{
-    check_page_limit, check_revision, check_stored_id, check_unchanged, Durability,
-    FileSessionStore, FileStoreBuilder, ListCursor, ListScope, MemorySessionStore, SessionList,
-    SessionPage, SessionStore, SessionSummary, StoredVersion, DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_revision, check_stored_id, check_unchanged, AsyncSessionStore,
+    BlockingStore, Durability, FileSessionStore, FileStoreBuilder, ListCursor, ListScope,
+    MemorySessionStore, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 pub use transcript::{
     Codec, ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,

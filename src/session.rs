@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::clock;
 use crate::compactor::Compaction;
-use crate::engine::{Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
+use crate::engine::{
+    BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor,
+};
 use crate::error::{BoxError, Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::json;
@@ -285,6 +287,54 @@ pub struct Session<E> {
 /// [`SessionStore::save`](crate::SessionStore::save)).
 pub type Checkpoint<'a> = dyn FnMut(&mut SessionSnapshot) -> Result<Revision> + Send + 'a;
 
+/// Persists a turn in progress from async code: the [`Checkpoint`] of
+/// [`Session::send_message_with_async`], whose save is awaited (an
+/// [`AsyncSessionStore`](crate::AsyncSessionStore) save, which never blocks the executor).
+/// [`Harness::send`](crate::Harness::send) with
+/// [`Autosave::EveryStep`](crate::Autosave::EveryStep) uses one over the harness's store.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{AsyncCheckpoint, AsyncSessionStore, BoxFuture, Result, Revision,
+///     SessionSnapshot};
+///
+/// /// Saves every checkpoint to a store.
+/// struct SaveTo<'s>(&'s dyn AsyncSessionStore);
+///
+/// impl AsyncCheckpoint for SaveTo<'_> {
+///     fn save<'a>(&'a mut self, snapshot: &'a mut SessionSnapshot) -> BoxFuture<'a, Result<Revision>> {
+///         self.0.save(snapshot)
+///     }
+/// }
+/// ```
+pub trait AsyncCheckpoint: Send {
+    /// Saves `snapshot` (redacting it first if the stored copy must be: the session
+    /// records what it was saved as) and returns the revision stored.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the save returns; see [`Session::send_message_with`] for what an error does
+    /// to the turn.
+    fn save<'a>(&'a mut self, snapshot: &'a mut SessionSnapshot)
+        -> BoxFuture<'a, Result<Revision>>;
+}
+
+/// Where a turn saves its checkpoints: a synchronous closure or an async saver.
+enum Saver<'c, 'a> {
+    Blocking(&'c mut Checkpoint<'a>),
+    Async(&'c mut dyn AsyncCheckpoint),
+}
+
+impl Saver<'_, '_> {
+    async fn save(&mut self, snapshot: &mut SessionSnapshot) -> Result<Revision> {
+        match self {
+            Saver::Blocking(checkpoint) => checkpoint(snapshot),
+            Saver::Async(checkpoint) => checkpoint.save(snapshot).await,
+        }
+    }
+}
+
 impl<E> fmt::Debug for Session<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
@@ -444,13 +494,29 @@ impl<E: Engine> Session<E> {
         message: Message,
         checkpoint: &mut Checkpoint<'_>,
     ) -> Result<TurnOutcome> {
-        self.run_turn(message, Some(checkpoint)).await
+        self.run_turn(message, Some(Saver::Blocking(checkpoint)))
+            .await
+    }
+
+    /// [`send_message_with`](Self::send_message_with) whose checkpoints are saved by async
+    /// code: each save is awaited, so an [`AsyncSessionStore`](crate::AsyncSessionStore)
+    /// saves without blocking the executor. The same points, the same guarantees.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_message_with`](Self::send_message_with).
+    pub async fn send_message_with_async(
+        &mut self,
+        message: Message,
+        checkpoint: &mut dyn AsyncCheckpoint,
+    ) -> Result<TurnOutcome> {
+        self.run_turn(message, Some(Saver::Async(checkpoint))).await
     }
 
     async fn run_turn(
         &mut self,
         message: Message,
-        mut checkpoint: Option<&mut Checkpoint<'_>>,
+        mut checkpoint: Option<Saver<'_, '_>>,
     ) -> Result<TurnOutcome> {
         let message = self.check_sent(message)?;
         let tools = self.options.tools.clone();
@@ -507,19 +573,19 @@ impl<E: Engine> Session<E> {
             if turn.pending.is_empty() {
                 outcome.stop = StopReason::Finished;
                 outcome.reply = Some(text);
-                if let Some(checkpoint) = checkpoint.as_deref_mut() {
-                    turn.session.checkpoint(checkpoint, &[])?;
+                if let Some(checkpoint) = checkpoint.as_mut() {
+                    turn.session.checkpoint(checkpoint, &[]).await?;
                 }
                 break;
             }
-            if let Some(checkpoint) = checkpoint.as_deref_mut() {
+            if let Some(checkpoint) = checkpoint.as_mut() {
                 // Record the calls before running them, closed as interrupted: what a
                 // crash while they run must leave.
-                turn.session.checkpoint(checkpoint, &turn.pending)?;
+                turn.session.checkpoint(checkpoint, &turn.pending).await?;
             }
             outcome.tool_calls += turn.run_pending(tools.as_deref()).await;
-            if let Some(checkpoint) = checkpoint.as_deref_mut() {
-                turn.session.checkpoint(checkpoint, &[])?;
+            if let Some(checkpoint) = checkpoint.as_mut() {
+                turn.session.checkpoint(checkpoint, &[]).await?;
             }
         }
         Ok(outcome)
@@ -563,9 +629,9 @@ impl<E> Session<E> {
     /// Saves through `checkpoint` a snapshot of the session with `pending` calls closed as
     /// interrupted, and records what is now stored: the placeholders are stored but not
     /// kept, so the next save replaces them.
-    fn checkpoint(
+    async fn checkpoint(
         &mut self,
-        checkpoint: &mut Checkpoint<'_>,
+        checkpoint: &mut Saver<'_, '_>,
         pending: &[PendingCall],
     ) -> Result<()> {
         let kept = self.counts();
@@ -577,7 +643,7 @@ impl<E> Session<E> {
             self.push_result(result, call, ToolCallStatus::Interrupted);
         }
         let mut snapshot = self.snapshot();
-        let saved = checkpoint(&mut snapshot);
+        let saved = checkpoint.save(&mut snapshot).await;
         // Stored also after `NotDurable`: the new revision is in place.
         let stored = match &saved {
             Ok(revision) | Err(Error::NotDurable { revision, .. }) => Some((

@@ -17,7 +17,7 @@ use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
 use crate::snapshot::Lineage;
 use crate::snapshot::SessionSnapshot;
-use crate::store::{SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES};
+use crate::store::{AsyncSessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES};
 
 /// The bundle format version this release writes and reads.
 pub const BUNDLE_VERSION: u32 = 1;
@@ -356,8 +356,9 @@ pub struct Imported {
     pub clamped_from: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
-/// [`SessionStoreExt::import`](super::SessionStoreExt::import) for any store.
-pub(crate) fn import<S: SessionStore + ?Sized>(
+/// [`AsyncSessionStoreExt::import`](super::AsyncSessionStoreExt::import) for any store
+/// (and [`SessionStoreExt::import`](super::SessionStoreExt::import) through an inline one).
+pub(crate) async fn import<S: AsyncSessionStore + ?Sized>(
     store: &S,
     bundle: &Bundle,
     ids: &ImportIds,
@@ -394,7 +395,7 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
         let mut copy = snapshot.renamed(target.clone(), lineage);
         let clamped_from = copy.clamp_future_times(now);
         copy.validate()?;
-        match store.load(&target) {
+        match store.load(&target).await {
             Err(e) if e.is_not_found() => {}
             Ok(_) => return Err(Error::AlreadyExists { id: target }),
             Err(e) => return Err(e),
@@ -404,7 +405,7 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
     let mut imported: Vec<Imported> = Vec::with_capacity(copies.len());
     let mut written: Vec<SessionSummary> = Vec::with_capacity(copies.len());
     for (from, copy, clamped_from) in copies {
-        match store.save(&copy) {
+        match store.save(&copy).await {
             Ok(revision) => {
                 written.push(SessionSummary::of(&copy.clone().with_revision(revision)));
                 imported.push(Imported {
@@ -414,7 +415,7 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
                     clamped_from,
                 });
             }
-            Err(e) => return Err(take_back(store, &written, already_exists(e))),
+            Err(e) => return Err(take_back(store, &written, already_exists(e)).await),
         }
     }
     Ok(imported)
@@ -423,19 +424,19 @@ pub(crate) fn import<S: SessionStore + ?Sized>(
 /// Deletes the sessions an import wrote before `error` stopped it, and returns the error
 /// to report: `error` itself, or [`Error::ImportIncomplete`] naming the sessions that could
 /// not be deleted (a session another writer changed since is left alone).
-fn take_back<S: SessionStore + ?Sized>(
+async fn take_back<S: AsyncSessionStore + ?Sized>(
     store: &S,
     written: &[SessionSummary],
     error: Error,
 ) -> Error {
-    let left: Vec<SessionId> = written
-        .iter()
-        .filter(|listed| match store.delete_if_unchanged(listed) {
-            Ok(()) => false,
-            Err(e) => !e.is_not_found(),
-        })
-        .map(|listed| listed.id.clone())
-        .collect();
+    let mut left: Vec<SessionId> = Vec::new();
+    for listed in written {
+        match store.delete_if_unchanged(listed).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(_) => left.push(listed.id.clone()),
+        }
+    }
     if left.is_empty() {
         error
     } else {

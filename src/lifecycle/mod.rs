@@ -1,7 +1,9 @@
 //! What a session goes through beyond save and load: forking it, pruning old sessions,
 //! and moving sessions between stores as a [`Bundle`]. Each is a workflow built on the
-//! core [`SessionStore`] methods, so every store gets them from one blanket
-//! implementation of [`SessionStoreExt`].
+//! core store methods, written once as async code over an [`AsyncSessionStore`]: every
+//! async store gets them from one blanket implementation of [`AsyncSessionStoreExt`], and
+//! every synchronous store from one of [`SessionStoreExt`], which runs the same workflow
+//! over the store's own calls on the caller's thread.
 
 mod bundle;
 mod prune;
@@ -11,7 +13,7 @@ use crate::error::Result;
 use crate::id::Revision;
 use crate::id::SessionId;
 use crate::snapshot::{ForkAt, RewindTo, SessionSnapshot};
-use crate::store::SessionStore;
+use crate::store::{ready, AsyncSessionStore, InlineStore, SessionStore};
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
 pub use prune::{
@@ -61,11 +63,7 @@ pub trait SessionStoreExt: SessionStore {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a fork point the
     /// parent does not have (see [`SessionSnapshot::fork`]); storage errors otherwise.
     fn fork(&self, id: &SessionId, at: ForkAt, new_id: SessionId) -> Result<SessionSnapshot> {
-        let mut fork = self.load(id)?.fork(new_id, at)?;
-        let revision = self.save(&fork).map_err(already_exists)?;
-        // Exactly what was just stored, so a session resumed from it appends its next save.
-        fork.mark_stored(revision);
-        Ok(fork)
+        ready(fork(&InlineStore(self), id, at, new_id))
     }
 
     /// Takes stored session `id` back to `to` and saves it: the `/undo` of an agent, for a
@@ -99,10 +97,7 @@ pub trait SessionStoreExt: SessionStore {
     /// # Ok::<(), agent_session::Error>(())
     /// ```
     fn rewind(&self, id: &SessionId, to: RewindTo) -> Result<SessionSnapshot> {
-        let mut rewound = self.load(id)?;
-        rewound.rewind(to)?;
-        let revision = self.save(&rewound)?;
-        Ok(rewound.with_revision(revision))
+        ready(rewind(&InlineStore(self), id, to))
     }
 
     /// Deletes what `policy` says should go, oldest first, or with
@@ -116,7 +111,7 @@ pub trait SessionStoreExt: SessionStore {
     /// If the store cannot be listed; a session that cannot be deleted is reported in
     /// [`PruneReport::skipped`] instead.
     fn prune(&self, policy: &PrunePolicy) -> Result<PruneReport> {
-        prune::prune(self, policy)
+        ready(prune::prune(&InlineStore(self), policy))
     }
 
     /// Exports the sessions `ids` as a [`Bundle`]: one self-contained, versioned file
@@ -127,8 +122,7 @@ pub trait SessionStoreExt: SessionStore {
     /// As [`load`](SessionStore::load), for the first session that cannot be loaded;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if an id is given twice.
     fn export(&self, ids: &[SessionId]) -> Result<Bundle> {
-        let sessions = ids.iter().map(|id| self.load(id)).collect::<Result<_>>()?;
-        Bundle::new(sessions)
+        ready(export(&InlineStore(self), ids))
     }
 
     /// Imports every session of `bundle` as a new session (revision 1), under the ids
@@ -147,11 +141,120 @@ pub trait SessionStoreExt: SessionStore {
     /// [`Error::ImportIncomplete`](crate::Error::ImportIncomplete) if some sessions
     /// written before the error could not be deleted again.
     fn import(&self, bundle: &Bundle, ids: &ImportIds) -> Result<Vec<Imported>> {
-        bundle::import(self, bundle, ids)
+        ready(bundle::import(&InlineStore(self), bundle, ids))
     }
 }
 
 impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
+
+/// The session workflows of [`SessionStoreExt`] for async code, on every
+/// [`AsyncSessionStore`]: the same workflows (one implementation), each call to the store
+/// awaited.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_session::{AsyncSessionStore, AsyncSessionStoreExt, ContentBlock, ForkAt,
+///     MemorySessionStore, Message, SessionId, SessionSnapshot, SessionStore};
+///
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let store = Arc::new(MemorySessionStore::new()).into_async();
+/// let parent = SessionSnapshot::builder(SessionId::parse("parent")?, "m")
+///     .transcript(vec![Message::user("hi"), Message::assistant(vec![ContentBlock::text("hello")])])
+///     .build()?;
+/// store.save(&parent).await?;
+/// let fork = store.fork(parent.id(), ForkAt::Messages(1), SessionId::parse("branch")?).await?;
+/// assert_eq!(fork.transcript().len(), 1);
+/// assert_eq!(store.list().await?.sessions.len(), 2);
+/// # Ok::<(), agent_session::Error>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[async_trait::async_trait]
+pub trait AsyncSessionStoreExt: AsyncSessionStore {
+    /// As [`SessionStoreExt::fork`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::fork`].
+    async fn fork(&self, id: &SessionId, at: ForkAt, new_id: SessionId) -> Result<SessionSnapshot> {
+        fork(self, id, at, new_id).await
+    }
+
+    /// As [`SessionStoreExt::rewind`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::rewind`].
+    async fn rewind(&self, id: &SessionId, to: RewindTo) -> Result<SessionSnapshot> {
+        rewind(self, id, to).await
+    }
+
+    /// As [`SessionStoreExt::prune`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::prune`].
+    async fn prune(&self, policy: &PrunePolicy) -> Result<PruneReport> {
+        prune::prune(self, policy).await
+    }
+
+    /// As [`SessionStoreExt::export`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::export`].
+    async fn export(&self, ids: &[SessionId]) -> Result<Bundle> {
+        export(self, ids).await
+    }
+
+    /// As [`SessionStoreExt::import`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStoreExt::import`].
+    async fn import(&self, bundle: &Bundle, ids: &ImportIds) -> Result<Vec<Imported>> {
+        bundle::import(self, bundle, ids).await
+    }
+}
+
+impl<S: AsyncSessionStore + ?Sized> AsyncSessionStoreExt for S {}
+
+/// The fork workflow: load, fork, save as a new session.
+async fn fork<S: AsyncSessionStore + ?Sized>(
+    store: &S,
+    id: &SessionId,
+    at: ForkAt,
+    new_id: SessionId,
+) -> Result<SessionSnapshot> {
+    let mut fork = store.load(id).await?.fork(new_id, at)?;
+    let revision = store.save(&fork).await.map_err(already_exists)?;
+    // Exactly what was just stored, so a session resumed from it appends its next save.
+    fork.mark_stored(revision);
+    Ok(fork)
+}
+
+/// The rewind workflow: load, rewind, save.
+async fn rewind<S: AsyncSessionStore + ?Sized>(
+    store: &S,
+    id: &SessionId,
+    to: RewindTo,
+) -> Result<SessionSnapshot> {
+    let mut rewound = store.load(id).await?;
+    rewound.rewind(to)?;
+    let revision = store.save(&rewound).await?;
+    Ok(rewound.with_revision(revision))
+}
+
+/// The export workflow: every session loaded, in order, into one bundle.
+async fn export<S: AsyncSessionStore + ?Sized>(store: &S, ids: &[SessionId]) -> Result<Bundle> {
+    let mut sessions = Vec::with_capacity(ids.len());
+    for id in ids {
+        sessions.push(store.load(id).await?);
+    }
+    Bundle::new(sessions)
+}
 
 /// A save of a new session that found its id taken reports it as such, not as a lost
 /// update.

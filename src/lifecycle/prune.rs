@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::RevisionInfo;
-use crate::store::{ListScope, SessionStore, SessionSummary};
+use crate::store::{AsyncSessionStore, ListScope, SessionSummary};
 
 /// Which sessions [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) deletes: those older than a maximum age, those
 /// beyond a maximum count, and the oldest until the rest fit in a maximum total size.
@@ -66,7 +66,7 @@ pub struct PrunePolicy {
 
 /// How much of each session's history [`SessionStoreExt::prune`](crate::SessionStoreExt::prune)
 /// keeps ([`PrunePolicy::history`]): the revisions beyond a number, or older than an age,
-/// are dropped ([`SessionStore::trim_history`]), with what only they held (messages
+/// are dropped ([`SessionStore::trim_history`](crate::SessionStore::trim_history)), with what only they held (messages
 /// rewound, compacted away or replaced before the oldest revision kept). The head is
 /// always kept, and so is every revision after the oldest one kept. Limits left unset do
 /// not apply; with both, a revision goes if either says so.
@@ -347,15 +347,18 @@ impl PruneReport {
     }
 }
 
-/// [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) for any store.
-pub(super) fn prune<S: SessionStore + ?Sized>(
+/// [`AsyncSessionStoreExt::prune`](crate::AsyncSessionStoreExt::prune) for any store
+/// (and [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) through an inline one).
+pub(super) async fn prune<S: AsyncSessionStore + ?Sized>(
     store: &S,
     policy: &PrunePolicy,
 ) -> Result<PruneReport> {
-    let listing = store.list_scoped(match policy.scope {
-        PruneScope::All => ListScope::All,
-        PruneScope::Archived => ListScope::Archived,
-    })?;
+    let listing = store
+        .list_scoped(match policy.scope {
+            PruneScope::All => ListScope::All,
+            PruneScope::Archived => ListScope::Archived,
+        })
+        .await?;
     let mut unreadable = listing.unreadable;
     let (in_the_future, sessions): (Vec<_>, Vec<_>) = listing
         .sessions
@@ -363,11 +366,12 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
         .partition(SessionSummary::is_updated_in_the_future);
     let mut sized = Vec::with_capacity(sessions.len());
     for summary in sessions {
-        let measured = match store.stored_bytes(&summary.id) {
+        let measured = match store.stored_bytes(&summary.id).await {
             // Only a store that does not know its sizes pays for measuring them, and only
             // when a size limit needs them.
             Ok(None) if policy.max_total_bytes.is_some() => store
                 .load(&summary.id)
+                .await
                 .and_then(|s| s.to_json())
                 .map(|json| json.len() as u64),
             Ok(bytes) => Ok(bytes.unwrap_or(0)),
@@ -397,7 +401,7 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
             report.pruned.push(victim);
             continue;
         }
-        match store.delete_if_unchanged(&victim.summary) {
+        match store.delete_if_unchanged(&victim.summary).await {
             Ok(()) => report.pruned.push(victim),
             Err(e) => {
                 if matches!(e, Error::Changed { .. }) {
@@ -411,7 +415,7 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
         let now = policy.now.unwrap_or_else(Utc::now);
         let staying = listed.iter().filter(|(id, _)| !deleted.contains(id));
         for (id, bytes) in staying {
-            match trim(store, id, retention, now, policy.dry_run, *bytes) {
+            match trim(store, id, retention, now, policy.dry_run, *bytes).await {
                 Ok(Some(trimmed)) => report.trimmed.push(trimmed),
                 Ok(None) => {}
                 // Deleted since the listing: nothing left to trim.
@@ -425,7 +429,7 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
 
 /// Drops the history `retention` does not keep of session `id` (only says what it would
 /// drop, in a dry run); `None` if it keeps all of it. `bytes` is its size as listed.
-fn trim<S: SessionStore + ?Sized>(
+async fn trim<S: AsyncSessionStore + ?Sized>(
     store: &S,
     id: &SessionId,
     retention: &HistoryRetention,
@@ -433,7 +437,7 @@ fn trim<S: SessionStore + ?Sized>(
     dry_run: bool,
     bytes: u64,
 ) -> Result<Option<TrimmedHistory>> {
-    let revisions = store.revisions(id)?;
+    let revisions = store.revisions(id).await?;
     let (Some(first), Some(keep)) = (revisions.first(), retention.oldest_kept(&revisions, now))
     else {
         return Ok(None);
@@ -451,8 +455,8 @@ fn trim<S: SessionStore + ?Sized>(
         bytes_after: None,
     };
     if !dry_run {
-        trimmed.dropped = store.trim_history(id, keep)?;
-        trimmed.bytes_after = store.stored_bytes(id)?;
+        trimmed.dropped = store.trim_history(id, keep).await?;
+        trimmed.bytes_after = store.stored_bytes(id).await?;
     }
     Ok(Some(trimmed))
 }

@@ -1,11 +1,11 @@
 //! `MemorySessionStore`: an in-process store for tests and ephemeral sessions.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore,
-    SessionSummary, StoredVersion,
+    check_revision, check_unchanged, AsyncSessionStore, InlineStore, ListScope, Revision,
+    SessionList, SessionStore, SessionSummary, StoredVersion,
 };
 use chrono::{DateTime, Utc};
 
@@ -231,6 +231,12 @@ impl SessionStore for MemorySessionStore {
             stored.bytes = None;
             Ok(trimmed.dropped)
         })
+    }
+
+    /// Its calls never wait for I/O (only for the store's lock, held for the call), so
+    /// async code runs them on its own task, without a blocking pool.
+    fn into_async(self: Arc<Self>) -> Arc<dyn AsyncSessionStore> {
+        Arc::new(InlineStore(self))
     }
 
     fn list(&self) -> Result<SessionList> {

@@ -3,19 +3,26 @@
 //! and the crate's stores: [`FileSessionStore`] (`file/`), [`MemorySessionStore`] and,
 //! with the `postgres` feature, `PostgresSessionStore`.
 
+mod async_store;
 mod checks;
 mod file;
+mod head_only;
 mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 
-use crate::error::{Error, Result};
+// For the links in the docs: the defaults' errors come from `head_only`.
+#[cfg(doc)]
+use crate::error::Error;
+#[cfg(doc)]
+use crate::snapshot::EntryKind;
+use crate::error::Result;
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{
-    EntryKind, History, HistoryMessage, RevisionInfo, SessionSnapshot, Standing,
-};
+use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 
+pub(crate) use async_store::{ready, InlineStore};
+pub use async_store::{AsyncSessionStore, BlockingStore};
 pub use checks::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, StoredVersion,
 };
@@ -203,10 +210,7 @@ pub trait SessionStore: Send + Sync {
     /// change is made but may not survive a power loss).
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         let _ = (id, archived);
-        Err(Error::Unsupported {
-            store: std::any::type_name::<Self>(),
-            operation: "archive sessions",
-        })
+        Err(head_only::cannot_archive::<Self>())
     }
 
     /// Deletes the session `listed` describes only if it is still as listed: the same
@@ -225,15 +229,7 @@ pub trait SessionStore: Send + Sync {
     /// [`Error::Changed`] if the session is no longer as listed (nothing is deleted);
     /// [`Error::NotFound`] if there is no such session; storage errors otherwise.
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
-        let stored = self.load(&listed.id)?;
-        check_unchanged(
-            listed,
-            Some(StoredVersion {
-                revision: stored.revision(),
-                created_at: stored.created_at(),
-                archived: listed.archived,
-            }),
-        )?;
+        head_only::check_still_listed(listed, &self.load(&listed.id)?)?;
         self.delete(&listed.id)
     }
 
@@ -268,16 +264,7 @@ pub trait SessionStore: Send + Sync {
     /// not-found kind) if the store does not keep `revision`; a corrupt-kind error if what
     /// is stored cannot be trusted.
     fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
-        let head = self.load(id)?;
-        if head.revision() == revision {
-            return Ok(head);
-        }
-        Err(Error::RevisionNotFound {
-            id: id.clone(),
-            revision,
-            oldest: head.revision(),
-            newest: head.revision(),
-        })
+        head_only::at(self.load(id)?, revision)
     }
 
     /// The revisions the store keeps of session `id`, oldest first: each one's time, kind
@@ -289,14 +276,7 @@ pub trait SessionStore: Send + Sync {
     ///
     /// As [`load`](Self::load).
     fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
-        let head = self.load(id)?;
-        Ok(vec![RevisionInfo {
-            revision: head.revision(),
-            updated_at: head.updated_at(),
-            kind: EntryKind::Checkpoint,
-            messages: head.transcript().len(),
-            restored_from: None,
-        }])
+        Ok(head_only::revisions(&self.load(id)?))
     }
 
     /// Everything the store keeps of session `id`'s history: every message its revisions'
@@ -309,22 +289,7 @@ pub trait SessionStore: Send + Sync {
     ///
     /// As [`load`](Self::load).
     fn history(&self, id: &SessionId) -> Result<History> {
-        let head = self.load(id)?;
-        Ok(History {
-            id: id.clone(),
-            revision: head.revision(),
-            oldest_revision: head.revision(),
-            messages: head
-                .transcript()
-                .iter()
-                .enumerate()
-                .map(|(index, message)| HistoryMessage {
-                    message: message.clone(),
-                    added_at: head.revision(),
-                    standing: Standing::InView { index },
-                })
-                .collect(),
-        })
+        Ok(head_only::history(&self.load(id)?))
     }
 
     /// Makes revision `revision` of session `id` the head again, as a new revision (its
@@ -370,16 +335,33 @@ pub trait SessionStore: Send + Sync {
     /// damaged log); storage errors otherwise. Nothing is changed on error, and a crash
     /// leaves the log before or after, whole.
     fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
-        let head = self.load(id)?;
-        if oldest == head.revision() {
-            return Ok(0);
-        }
-        Err(Error::RevisionNotFound {
-            id: id.clone(),
-            revision: oldest,
-            oldest: head.revision(),
-            newest: head.revision(),
-        })
+        head_only::trim(&self.load(id)?, oldest)
+    }
+
+    /// This store for async code: every operation as a future ([`AsyncSessionStore`]),
+    /// on the same stored sessions. [`Harness`](crate::Harness) calls it once, for its
+    /// async entry points and for autosave from [`Harness::send`](crate::Harness::send).
+    ///
+    /// The default implementation runs each call on tokio's blocking pool
+    /// ([`BlockingStore`]), which suits any store that does I/O (the file store, and custom
+    /// stores). [`MemorySessionStore`] runs its calls on the caller's task; a store with
+    /// an async client of its own (the PostgreSQL store) returns itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_session::{AsyncSessionStore, MemorySessionStore, SessionStore};
+    ///
+    /// let store = Arc::new(MemorySessionStore::new());
+    /// let for_async = Arc::clone(&store).into_async();
+    /// # let _ = for_async;
+    /// ```
+    fn into_async(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn AsyncSessionStore>
+    where
+        Self: Sized + 'static,
+    {
+        std::sync::Arc::new(BlockingStore::from_arc(self))
     }
 }
 
