@@ -8,7 +8,7 @@ fuzz_dir=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$fuzz_dir")
 corpus="$fuzz_dir/corpus"
 mkdir -p "$corpus/decode_snapshot" "$corpus/parse_id" "$corpus/provider_messages" \
-    "$corpus/journal_reader"
+    "$corpus/journal_reader" "$corpus/log_entry"
 
 # decode_snapshot: every golden snapshot, compact (short inputs mutate faster).
 for fixture in "$repo"/tests/fixtures/v*/*.json; do
@@ -60,10 +60,12 @@ else
 fi
 
 # journal_reader: the hand-written inputs (a real journal cut, torn, spliced and
-# duplicated; real header and records framed afresh), and a few short ones. The layout is
-# documented at `journal_reader` in src/lib.rs: byte 0 the mode (0 history, 2 raw,
-# 3 framed), then for a history: turns, cut (2 bytes, little-endian), tail kind, length of
-# the turn contents, the contents, the tail's bytes.
+# duplicated, of turns and of every kind of entry; real header and entries framed afresh,
+# some made to contradict the log), and a few short ones. The layout is documented at
+# `journal_reader` in src/lib.rs: byte 0 the mode (0 history, 2 raw, 3 framed), then for a
+# history: saves, cut (2 bytes, little-endian), tail kind, length of the save contents,
+# the contents (per save: flags, whose bits 4-6 pick turn/rewind/compaction/restore/edit,
+# then text), the tail's bytes. The framed mode splits at 0x1e (\036), not at newlines.
 cp "$repo"/tests/fuzz_regressions/journal_reader/* "$corpus/journal_reader/"
 j="$corpus/journal_reader"
 printf '\000\010\377\377\000\000' > "$j/history-8-empty-turns-cut-65535"
@@ -74,9 +76,21 @@ printf '\000\000\000\000\000\000@00000000 00000000\n\n' > "$j/history-no-journal
 printf '\002' > "$j/raw-empty"
 printf '\002@00000002 00000000\n{}\n' > "$j/raw-bad-checksum"
 printf '\002garbage\n@00000000 00000000\n\n' > "$j/raw-garbage-then-empty-frame"
-printf '\003{}\n{}' > "$j/framed-empty-objects"
+printf '\003{}\036{}' > "$j/framed-empty-objects"
+printf '\003{}\036{}\n{}' > "$j/framed-empty-header-then-entry"
+printf '\000\004\377\377\000\010\001a\020b\040c\060d' > "$j/history-turn-rewind-compaction-restore"
+printf '\000\002\377\377\000\004\100a\010b' > "$j/history-edit-then-reloaded-turn"
 printf '\003{"journal":2,"id":"fuzz"}' > "$j/framed-journal-version-2"
 
-for target in decode_snapshot parse_id provider_messages journal_reader; do
+# log_entry: the hand-written inputs (entries the crate wrote, of every kind; logs of them,
+# some made to contradict the checkpoint or each other). Byte 0: 0 an entry's frame
+# payload (head, newline, body), 1 its stored form, 2 a log of payloads split at 0x1e.
+cp "$repo"/tests/fuzz_regressions/log_entry/* "$corpus/log_entry/"
+e="$corpus/log_entry"
+printf '\000{}\n{}' > "$e/entry-empty-objects"
+printf '\000{"revision":2,"updated_at":"2025-01-01T00:01:00Z","kind":"rewind","keep":[0,2],"messages":0,"usage":[],"state":{"messages":2,"tool_calls":0,"usage":2}}\n{"messages":[],"tool_calls":[]}' > "$e/entry-rewind"
+printf '\002{"revision":2,"updated_at":"2025-01-01T00:01:00Z","kind":"rewind","keep":[0,2],"messages":0,"usage":[],"state":{"messages":2,"tool_calls":0,"usage":2}}\n{"messages":[],"tool_calls":[]}\036{"revision":3,"updated_at":"2025-01-01T00:02:00Z","kind":"restore","base":1,"messages":0,"usage":[],"state":{"messages":6,"tool_calls":1,"usage":2}}\n{"messages":[],"tool_calls":[]}' > "$e/log-rewind-then-restore"
+
+for target in decode_snapshot parse_id provider_messages journal_reader log_entry; do
     echo "$target: $(ls "$corpus/$target" | wc -l) seeds, $(cat "$corpus/$target"/* | wc -c) bytes"
 done

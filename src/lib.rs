@@ -17,6 +17,10 @@
 //! | store sessions somewhere else | implement [`SessionStore`] |
 //! | read or build the persisted state | [`SessionSnapshot`] |
 //! | convert OpenAI or Anthropic messages losslessly, or from one provider to the other | [`Message::from_openai_chat`], [`Message::from_anthropic`], [`Message::to_openai_chat`], [`Message::to_anthropic`] |
+//! | keep a provider's message byte for byte (OpenAI Chat, Responses, Anthropic, Gemini) | [`Message::from_json`] and [`Message::to_json`] with a [`Codec`] |
+//! | undo turns, compact long sessions, go back to an earlier revision | [`Harness::rewind_session`], [`HarnessBuilder::compaction`] with a [`Compactor`], [`Harness::restore_session`] |
+//! | read a session as it was, or everything it ever held | [`SessionStore::load_at`], [`SessionStore::revisions`], [`SessionStore::history`] |
+//! | bound the history a store keeps | [`SessionStore::trim_history`], [`PrunePolicy::history`] with a [`HistoryRetention`] |
 //! | keep API keys and tokens out of stored snapshots | [`PatternRedactor`] with [`HarnessBuilder::redactor`] |
 //! | branch a session, archive it, prune old ones | [`SessionStoreExt::fork`], [`SessionStore::set_archived`], [`SessionStoreExt::prune`] with a [`PrunePolicy`] |
 //! | move sessions to another machine or store | [`SessionStoreExt::export`] to a [`Bundle`], [`SessionStoreExt::import`] |
@@ -131,8 +135,8 @@ pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{Revision, SessionId, MAX_ID_LEN};
 pub use lifecycle::{
-    Bundle, ImportIds, Imported, PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned,
-    SessionStoreExt, BUNDLE_VERSION,
+    Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason, PruneReport,
+    PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,
 };
 pub use redact::{PatternRedactor, Redactor, REDACTED};
 pub use session::{

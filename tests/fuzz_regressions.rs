@@ -13,7 +13,10 @@ mod checks;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use agent_session::{Message, SessionId, SessionSnapshot};
+use agent_session::{
+    Compaction, ContentBlock, EntryKind, LogEntry, Message, Revision, RewindTo, SessionId,
+    SessionLog, SessionSnapshot, ToolCall, ToolResult, Usage,
+};
 use serde_json::{json, Value};
 
 fn repo() -> &'static Path {
@@ -98,6 +101,11 @@ fn saved_provider_messages_inputs_pass() {
 #[test]
 fn saved_journal_reader_inputs_pass() {
     replay_regressions("journal_reader");
+}
+
+#[test]
+fn saved_log_entry_inputs_pass() {
+    replay_regressions("log_entry");
 }
 
 #[test]
@@ -540,12 +548,13 @@ fn the_tail_written_again_after_a_cut_loads_the_whole_journal() {
 #[test]
 fn the_records_of_a_history_framed_by_the_check_load_to_its_last_state() {
     let (whole, ends) = three_records();
-    // The framed mode frames each line itself: the payloads alone give the same journal.
+    // The framed mode frames each piece itself: the payloads alone, each an entry's head
+    // and body lines, give the same journal.
     let mut input = vec![3];
     let mut start = 0;
     for (i, &end) in ends.iter().enumerate() {
         if i > 0 {
-            input.push(b'\n');
+            input.push(checks::PIECE_SEPARATOR);
         }
         input.extend_from_slice(&whole.written[start + 19..end - 1]);
         start = end;
@@ -559,7 +568,7 @@ fn the_records_of_a_history_framed_by_the_check_load_to_its_last_state() {
     assert_ne!(stale, header);
     let mut input = vec![3];
     input.extend_from_slice(stale.as_bytes());
-    input.push(b'\n');
+    input.push(checks::PIECE_SEPARATOR);
     input.extend_from_slice(&whole.written[ends[0] + 19..ends[1] - 1]);
     let outcome = journal_outcome(&input);
     assert_eq!(outcome.loaded.as_ref().ok(), whole.saved.first());
@@ -600,5 +609,591 @@ fn the_journal_check_never_passes_a_load_that_drops_intact_records() {
     ] {
         checks::journal_reader(&input).unwrap_or_else(|v| panic!("{v}"));
         assert!(checks::known_issue("journal_reader", &input).is_none());
+    }
+}
+
+/// Save contents of equal length (the history mode splits them evenly), one save of each
+/// kind `checks::JournalOp` has: a turn with a tool round, a rewind of it, a turn, a
+/// restore of saved state 1 (revision 2, from before the rewind: 5 text bytes mod 4 saved
+/// states), a compaction whose summary has a failing tool round, an edit, a turn with a
+/// tool round reloaded from the store first, and a restore of saved state 5 (the
+/// compaction's revision 6).
+const EVERY_KIND: &[u8] =
+    b"\x01hello\x10-----\x00again\x30back!\x23summa\x40edits\x09after\x30again";
+
+/// The kinds of the revisions [`EVERY_KIND`] saves, the base's first.
+const EVERY_KIND_KINDS: [EntryKind; 9] = [
+    EntryKind::Checkpoint,
+    EntryKind::Turn,
+    EntryKind::Rewind,
+    EntryKind::Turn,
+    EntryKind::Restore,
+    EntryKind::Compaction,
+    EntryKind::Edit,
+    EntryKind::Turn,
+    EntryKind::Restore,
+];
+
+/// The journal of [`EVERY_KIND`]'s eight saves, whole, and where its frames end.
+fn every_kind() -> (checks::JournalOutcome, Vec<usize>) {
+    let written = journal_outcome(&history_input(8, 0, 0, EVERY_KIND, &[])).written;
+    let outcome = journal_outcome(&history_input(8, cut_at(written.len()), 0, EVERY_KIND, &[]));
+    assert_eq!(outcome.read, written, "the whole journal, read");
+    let ends = frame_ends(&outcome.written);
+    assert_eq!(outcome.kinds, EVERY_KIND_KINDS);
+    assert_eq!(ends.len(), 9, "a header and eight entries");
+    (outcome, ends)
+}
+
+/// The payloads of a journal made of whole frames.
+fn payloads(journal: &[u8]) -> Vec<Vec<u8>> {
+    let mut start = 0;
+    frame_ends(journal)
+        .into_iter()
+        .map(|end| {
+            let payload = journal[start + 19..end - 1].to_vec();
+            start = end;
+            payload
+        })
+        .collect()
+}
+
+/// Payloads joined as the framed modes of both targets split them.
+fn joined(payloads: &[Vec<u8>]) -> Vec<u8> {
+    payloads.join(&checks::PIECE_SEPARATOR)
+}
+
+#[test]
+fn a_history_of_every_kind_of_entry_loads_every_revision_as_saved() {
+    let (whole, _) = every_kind();
+    let loaded = whole.loaded.as_ref().expect("the whole journal loads");
+    assert_eq!(Some(loaded), whole.saved.last());
+    let stats = loaded.history_stats();
+    assert_eq!(
+        (stats.rewinds, stats.compactions, stats.restores),
+        (1, 1, 2)
+    );
+    // The saves did what they say: the rewind dropped turn 0, the first restore brought it
+    // back, the compaction put its summary first, the edit set metadata, the last restore
+    // went back to the compaction's view (and its metadata, without the edit's).
+    let texts =
+        |s: &SessionSnapshot| -> Vec<String> { s.transcript().iter().map(Message::text).collect() };
+    assert_eq!(texts(&whole.saved[2]), ["base"]);
+    assert_eq!(texts(&whole.saved[4]), texts(&whole.saved[1]));
+    assert!(texts(&whole.saved[5])[0].starts_with("summary 4"));
+    assert_eq!(whole.saved[6].metadata()["edit"], json!(5));
+    assert_eq!(texts(&whole.saved[8]), texts(&whole.saved[5]));
+    assert!(whole.saved[8].metadata().is_empty());
+    assert!(whole.saved[8].usage().len() > whole.saved[5].usage().len());
+    // In the framed mode the same entries, framed by the check, load the same head.
+    let outcome = journal_outcome(&[&[3][..], &joined(&payloads(&whole.written))].concat());
+    assert_eq!(outcome.read, whole.written);
+    assert_eq!(outcome.loaded.as_ref().ok(), whole.saved.last());
+}
+
+#[test]
+fn every_cut_of_a_history_of_every_kind_loads_the_state_of_the_last_whole_entry() {
+    let (whole, ends) = every_kind();
+    let len = whole.written.len();
+    let mut cuts: Vec<usize> = (0..=len).step_by(97).collect();
+    for &end in &ends {
+        cuts.extend(end.saturating_sub(2)..=(end + 2).min(len));
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    for cut in cuts {
+        let outcome = journal_outcome(&history_input(8, cut_at(cut), 0, EVERY_KIND, &[]));
+        let entries = ends[1..].iter().filter(|&&end| end <= cut).count();
+        let loaded = outcome
+            .loaded
+            .unwrap_or_else(|e| panic!("the journal cut at {cut} was refused: {e}"));
+        assert_eq!(loaded, whole.saved[entries], "cut at {cut}");
+    }
+}
+
+#[test]
+fn a_duplicated_or_damaged_entry_of_any_kind_is_refused_as_corrupt() {
+    let (whole, ends) = every_kind();
+    let len = cut_at(whole.written.len());
+    for frame in 1..9u8 {
+        let outcome = journal_outcome(&history_input(8, len, 3, EVERY_KIND, &[frame]));
+        outcome.loaded.expect_err("a duplicated entry");
+    }
+    for at in [ends[1] + 30, ends[4] + 25, ends[7] - 40] {
+        let outcome = journal_outcome(&history_input(8, cut_at(at), 2, EVERY_KIND, b"\x01X"));
+        outcome
+            .loaded
+            .expect_err("a byte replaced before an intact frame");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// log_entry
+
+/// A fixed time `minute` minutes after the checkpoint of `checks::log_checkpoint`.
+fn minute(minute: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(1_735_689_600 + 60 * minute, 0).expect("a valid time")
+}
+
+/// Entries as the crate writes them, one of each kind a snapshot's own operations make
+/// (a turn with a tool round, a rewind, a compaction whose summary has a tool round, a
+/// restore of a revision from before the rewind, a turn), after `checks::log_checkpoint`,
+/// with the state each one makes.
+fn crate_entries() -> Vec<(LogEntry, SessionSnapshot)> {
+    let checkpoint = checks::log_checkpoint(true).expect("the checkpoint");
+    let mut log = SessionLog::new(checkpoint.clone());
+    let mut current = checkpoint;
+    let mut out = Vec::new();
+    let save = |next: SessionSnapshot, log: &mut SessionLog, out: &mut Vec<_>| {
+        let entry = next
+            .pending_entry()
+            .expect("derives from the stored revision");
+        log.push(entry.clone()).expect("the next revision");
+        let stored = next.with_revision(entry.revision());
+        assert_eq!(log.head().expect("the head"), stored);
+        out.push((entry, stored.clone()));
+        stored
+    };
+    let turn = vec![
+        Message::user("third"),
+        Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
+            "c1",
+            "lookup",
+            json!({"q": 3}),
+        ))]),
+        Message::tool_result(ToolResult::error("c1", "nothing")),
+        Message::assistant(vec![ContentBlock::text("three")]),
+    ];
+    current = save(
+        current
+            .with_appended(turn, vec![Usage::new("m").with_tokens(7, 3)], minute(1))
+            .expect("a turn"),
+        &mut log,
+        &mut out,
+    );
+    let mut next = current.clone();
+    next.rewind(RewindTo::LastTurns(2)).expect("a rewind");
+    current = save(
+        next.with_appended(Vec::new(), Vec::new(), minute(2))
+            .expect("stamped"),
+        &mut log,
+        &mut out,
+    );
+    let mut next = current.clone();
+    let summary = vec![
+        Message::user("summary: first"),
+        Message::assistant(vec![ContentBlock::tool_call(ToolCall::new(
+            "s1",
+            "recall",
+            json!({}),
+        ))]),
+        Message::tool_result(ToolResult::new("s1", "recalled")),
+    ];
+    next.compact(Compaction::new(4, summary).with_usage(Usage::new("m").with_tokens(9, 1)))
+        .expect("a compaction");
+    current = save(
+        next.with_appended(Vec::new(), Vec::new(), minute(3))
+            .expect("stamped"),
+        &mut log,
+        &mut out,
+    );
+    let mut next = current.clone();
+    next.restore_from(&log.at(Revision::from_u64(2)).expect("revision 2"))
+        .expect("a restore");
+    current = save(
+        next.with_appended(Vec::new(), Vec::new(), minute(4))
+            .expect("stamped"),
+        &mut log,
+        &mut out,
+    );
+    save(
+        current
+            .with_appended(
+                vec![
+                    Message::user("fourth"),
+                    Message::assistant(vec![ContentBlock::text("four")]),
+                ],
+                Vec::new(),
+                minute(5),
+            )
+            .expect("a turn"),
+        &mut log,
+        &mut out,
+    );
+    let kinds: Vec<EntryKind> = out.iter().map(|(e, _)| e.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            EntryKind::Turn,
+            EntryKind::Rewind,
+            EntryKind::Compaction,
+            EntryKind::Restore,
+            EntryKind::Turn
+        ]
+    );
+    out
+}
+
+fn log_id() -> SessionId {
+    SessionId::parse(checks::LOG_SESSION).expect("id")
+}
+
+/// The frame payload of an entry's stored form.
+fn payload_of(entry: &LogEntry) -> Vec<u8> {
+    let bytes = entry.to_bytes(&log_id()).expect("encode");
+    bytes[19..bytes.len() - 1].to_vec()
+}
+
+/// `entry`'s payload with its head and body changed by `edit` (as JSON values).
+fn edited(entry: &LogEntry, edit: impl FnOnce(&mut Value, &mut Value)) -> Vec<u8> {
+    let payload = payload_of(entry);
+    let newline = payload.iter().position(|&b| b == b'\n').expect("two lines");
+    let mut head: Value = serde_json::from_slice(&payload[..newline]).expect("the head");
+    let mut body: Value = serde_json::from_slice(&payload[newline + 1..]).expect("the body");
+    edit(&mut head, &mut body);
+    let mut out = serde_json::to_vec(&head).expect("encode");
+    out.push(b'\n');
+    out.extend(serde_json::to_vec(&body).expect("encode"));
+    out
+}
+
+#[test]
+fn entries_the_crate_writes_pass_the_entry_check_and_re_encode_to_their_own_bytes() {
+    let entries = crate_entries();
+    for (entry, _) in &entries {
+        let bytes = entry.to_bytes(&log_id()).expect("encode");
+        let decoded = LogEntry::from_bytes(&bytes).expect("decode");
+        assert_eq!(&decoded, entry);
+        assert_eq!(decoded.to_bytes(&log_id()).expect("encode"), bytes);
+        run(checks::log_entry, &[&[1][..], &bytes].concat()).unwrap_or_else(|v| panic!("{v}"));
+        run(checks::log_entry, &[&[0][..], &payload_of(entry)].concat())
+            .unwrap_or_else(|v| panic!("{v}"));
+    }
+    // The whole log, in the log mode: the check works out every state, and the head is
+    // the last state the snapshots made.
+    let all: Vec<Vec<u8>> = entries.iter().map(|(e, _)| payload_of(e)).collect();
+    run(checks::log_entry, &[&[2][..], &joined(&all)].concat()).unwrap_or_else(|v| panic!("{v}"));
+    // Cut after every entry, and with each entry left out (the rest then do not follow).
+    for n in 0..all.len() {
+        run(checks::log_entry, &[&[2][..], &joined(&all[..n])].concat())
+            .unwrap_or_else(|v| panic!("first {n}: {v}"));
+        let mut without = all.clone();
+        without.remove(n);
+        run(checks::log_entry, &[&[2][..], &joined(&without)].concat())
+            .unwrap_or_else(|v| panic!("without {n}: {v}"));
+    }
+}
+
+#[test]
+fn damaged_or_contradictory_entries_are_typed_errors_in_the_entry_check() {
+    let entries = crate_entries();
+    let (compaction, _) = &entries[2];
+    let bytes = compaction.to_bytes(&log_id()).expect("encode");
+    for cut in (0..bytes.len()).step_by(7) {
+        assert!(LogEntry::from_bytes(&bytes[..cut]).is_err());
+        run(checks::log_entry, &[&[1][..], &bytes[..cut]].concat())
+            .unwrap_or_else(|v| panic!("cut at {cut}: {v}"));
+    }
+    for at in (0..bytes.len()).step_by(11) {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x20;
+        run(checks::log_entry, &[&[1][..], &flipped].concat())
+            .unwrap_or_else(|v| panic!("flipped at {at}: {v}"));
+    }
+    for input in hand_written_log_entry_inputs() {
+        run(checks::log_entry, &input.1).unwrap_or_else(|v| panic!("{}: {v}", input.0));
+    }
+}
+
+/// The check's negative control: it fails an entry decoder that accepts what it should
+/// not, or a fold that panics, as the checks in `checks::log_entry` claim.
+#[test]
+fn the_entry_check_tells_a_refusal_from_an_acceptance_and_a_panic() {
+    // An entry whose head counts more messages than its body holds is refused by the
+    // crate; the check passes that refusal (a typed error)...
+    let (turn, _) = &crate_entries()[0];
+    let lying = edited(turn, |head, _| head["messages"] = json!(9));
+    assert!(LogEntry::from_bytes(&checks::entry_frame(&lying)).is_err());
+    run(checks::log_entry, &[&[0][..], &lying].concat()).expect("a typed refusal passes");
+    // ...and `run` reports a panic in a check as a violation, not a pass.
+    let panicking: checks::Check = |_| panic!("a panic inside the library");
+    let violation = run(panicking, b"").expect_err("a panic is a finding");
+    assert!(violation.contains("panicked"), "{violation}");
+}
+
+/// Hand-written `log_entry` inputs: (file name, bytes).
+fn hand_written_log_entry_inputs() -> Vec<(String, Vec<u8>)> {
+    let entries = crate_entries();
+    let payload = |k: usize| payload_of(&entries[k].0);
+    let all: Vec<Vec<u8>> = (0..entries.len()).map(payload).collect();
+    let mut inputs = vec![
+        (
+            "log-every-kind-of-entry.bin",
+            [&[2][..], &joined(&all)].concat(),
+        ),
+        (
+            "entry-compaction-with-a-tool-round-in-its-summary.bin",
+            [&[0][..], &payload(2)].concat(),
+        ),
+        (
+            "entry-stored-form-of-a-restore.bin",
+            [&[1][..], &entries[3].0.to_bytes(&log_id()).expect("encode")].concat(),
+        ),
+    ];
+    let (restore, compaction, rewind) = (&entries[3].0, &entries[2].0, &entries[1].0);
+    let later = edited(restore, |head, _| head["base"] = json!(5));
+    inputs.push((
+        "entry-restore-of-a-later-revision.bin",
+        [&[0][..], &later].concat(),
+    ));
+    let before = edited(restore, |head, _| head["base"] = json!(0));
+    let mut log = all[..3].to_vec();
+    log.push(before);
+    inputs.push((
+        "log-restore-of-a-revision-before-the-checkpoint.bin",
+        [&[2][..], &joined(&log)].concat(),
+    ));
+    let unanswered = edited(compaction, |head, body| {
+        // The summary's tool result taken out: its call is left unanswered.
+        let messages = body["messages"].as_array_mut().expect("messages");
+        messages.remove(2);
+        head["messages"] = json!(messages.len());
+        body["tool_calls"] = json!([]);
+        head["prepend"] = json!(2);
+        let state = head["state"]["messages"].as_u64().expect("a count");
+        head["state"]["messages"] = json!(state - 1);
+        head["state"]["tool_calls"] = json!(0);
+    });
+    let mut log = all[..2].to_vec();
+    log.push(unanswered);
+    inputs.push((
+        "log-compaction-summary-with-an-unanswered-call.bin",
+        [&[2][..], &joined(&log)].concat(),
+    ));
+    let too_much = edited(rewind, |head, _| head["keep"] = json!([0, 99]));
+    let mut log = all[..1].to_vec();
+    log.push(too_much);
+    inputs.push((
+        "log-rewind-keeping-more-than-its-base.bin",
+        [&[2][..], &joined(&log)].concat(),
+    ));
+    let mut skipping = all.clone();
+    skipping.remove(1);
+    inputs.push((
+        "log-entries-skipping-a-revision.bin",
+        [&[2][..], &joined(&skipping)].concat(),
+    ));
+    let metadata = format!(
+        "{{\"revision\":2,\"updated_at\":\"{}\",\"kind\":\"metadata\",\"messages\":0,\"usage\":[],\"metadata\":{{\"k\":[1,2.5,null]}},\"state\":{{\"messages\":6,\"tool_calls\":1,\"usage\":2}}}}\n{{\"messages\":[],\"tool_calls\":[]}}",
+        minute(1).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+    );
+    inputs.push((
+        "log-metadata-change.bin",
+        [&[2][..], metadata.as_bytes()].concat(),
+    ));
+    let lying = edited(&entries[0].0, |head, _| head["messages"] = json!(9));
+    inputs.push((
+        "entry-head-counting-more-messages-than-its-body.bin",
+        [&[0][..], &lying].concat(),
+    ));
+    inputs
+        .into_iter()
+        .map(|(name, bytes)| (name.to_owned(), bytes))
+        .collect()
+}
+
+/// Hand-written `journal_reader` inputs: (file name, bytes). The history inputs name
+/// places in the journal the saves write (frame ends), so they keep their meaning when the
+/// journal's bytes change.
+#[allow(clippy::too_many_lines)] // one input after another
+fn hand_written_journal_inputs() -> Vec<(String, Vec<u8>)> {
+    let (whole, ends) = three_records();
+    let len = whole.written.len();
+    let (every, every_ends) = every_kind();
+    let every_payloads = payloads(&every.written);
+    let mut inputs: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "history-byte-inserted-before-the-last-record.bin",
+            history_input(3, cut_at(ends[2]), 2, TURNS, b"\x00x"),
+        ),
+        (
+            "history-byte-replaced-inside-the-second-record.bin",
+            history_input(3, cut_at(ends[1] + 100), 2, TURNS, b"\x01X"),
+        ),
+        (
+            "history-cut-after-the-second-record-then-garbage.bin",
+            history_input(
+                3,
+                cut_at(ends[2]),
+                0,
+                TURNS,
+                b"\x00garbage\n@0000 junk\n@zzzzzzzz 00000000\n",
+            ),
+        ),
+        (
+            "history-cut-inside-the-header.bin",
+            history_input(3, 10, 0, TURNS, b""),
+        ),
+        (
+            "history-cut-inside-the-last-record-then-zeros.bin",
+            history_input(3, cut_at(ends[3] - 100), 1, TURNS, b"@"),
+        ),
+        (
+            "history-cut-mid-record-then-the-rest-written-again.bin",
+            history_input(3, cut_at(ends[2] - 50), 2, TURNS, b"\x00"),
+        ),
+        (
+            "history-header-duplicated-after-the-first-record.bin",
+            history_input(3, cut_at(ends[1]), 3, TURNS, b"\x00"),
+        ),
+        (
+            "history-last-record-duplicated.bin",
+            history_input(3, cut_at(len), 3, TURNS, b"\x03"),
+        ),
+        (
+            "history-newline-before-the-last-record-replaced.bin",
+            history_input(3, cut_at(ends[2] - 1), 2, TURNS, b"\x01x"),
+        ),
+        (
+            "history-every-kind-cut-inside-the-last-restore.bin",
+            history_input(8, cut_at(every_ends[8] - 10), 0, EVERY_KIND, b""),
+        ),
+        (
+            "history-every-kind-compaction-entry-duplicated.bin",
+            history_input(8, cut_at(every.written.len()), 3, EVERY_KIND, &[5]),
+        ),
+        (
+            "history-every-kind-byte-replaced-inside-the-rewind.bin",
+            history_input(8, cut_at(every_ends[1] + 30), 2, EVERY_KIND, b"\x01X"),
+        ),
+        (
+            "history-every-kind-zeros-after-the-edit.bin",
+            history_input(8, cut_at(every_ends[6]), 1, EVERY_KIND, &[16]),
+        ),
+        (
+            "framed-every-kind-of-entry.bin",
+            [&[3][..], &joined(&every_payloads)].concat(),
+        ),
+    ];
+    // The same entries with one made to contradict the log.
+    let mut edit_payload = |name: &'static str, k: usize, edit: &dyn Fn(&mut Value, &mut Value)| {
+        let payload = &every_payloads[k];
+        let newline = payload.iter().position(|&b| b == b'\n').expect("two lines");
+        let mut head: Value = serde_json::from_slice(&payload[..newline]).expect("head");
+        let mut body: Value = serde_json::from_slice(&payload[newline + 1..]).expect("body");
+        edit(&mut head, &mut body);
+        let mut changed = every_payloads.clone();
+        changed[k] = [
+            serde_json::to_vec(&head).expect("encode"),
+            b"\n".to_vec(),
+            serde_json::to_vec(&body).expect("encode"),
+        ]
+        .concat();
+        inputs.push((name, [&[3][..], &joined(&changed)].concat()));
+    };
+    // Frame 4 is the restore of revision 2, frame 2 the rewind, frame 5 the compaction.
+    edit_payload(
+        "framed-restore-of-a-revision-the-log-does-not-hold.bin",
+        4,
+        &|head, _| head["base"] = json!(0),
+    );
+    edit_payload(
+        "framed-rewind-keeping-more-than-its-base.bin",
+        2,
+        &|head, _| head["keep"] = json!([0, 99]),
+    );
+    edit_payload(
+        "framed-compaction-summary-with-an-unanswered-call.bin",
+        5,
+        &|head, body| {
+            let messages = body["messages"].as_array_mut().expect("messages");
+            messages.remove(2);
+            head["messages"] = json!(messages.len());
+            head["prepend"] = json!(2);
+            let state = head["state"]["messages"].as_u64().expect("a count");
+            head["state"]["messages"] = json!(state - 1);
+            body["tool_calls"] = json!([]);
+            let calls = head["state"]["tool_calls"].as_u64().expect("a count");
+            head["state"]["tool_calls"] = json!(calls - 1);
+        },
+    );
+    inputs
+        .into_iter()
+        .map(|(name, bytes)| (name.to_owned(), bytes))
+        .collect()
+}
+
+/// Set to `1` to write the hand-written inputs into `tests/fuzz_regressions/` (after a
+/// change of the stored format moves the places they name).
+const BLESS_ENV: &str = "AGENT_SESSION_BLESS";
+
+#[test]
+fn hand_written_regression_inputs_are_what_their_names_say() {
+    let bless = std::env::var(BLESS_ENV).is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (target, inputs) in [
+        ("journal_reader", hand_written_journal_inputs()),
+        ("log_entry", hand_written_log_entry_inputs()),
+    ] {
+        let dir = repo().join("tests/fuzz_regressions").join(target);
+        for (name, bytes) in inputs {
+            let path = dir.join(&name);
+            if bless {
+                std::fs::create_dir_all(&dir).expect("create the directory");
+                std::fs::write(&path, &bytes).expect("write a regression input");
+            } else if std::fs::read(&path).ok() != Some(bytes) {
+                stale.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "these saved inputs no longer are what their names say (run with {BLESS_ENV}=1 to write them again): {stale:?}"
+    );
+}
+
+#[test]
+fn hand_written_contradictions_are_refused_and_their_sound_versions_accepted() {
+    // The inputs that make one entry contradict the log are refused whole...
+    for (name, input) in hand_written_journal_inputs() {
+        let outcome = journal_outcome(&input);
+        let refused = outcome.loaded.is_err();
+        let contradicts = ["unanswered", "does-not-hold", "keeping-more", "duplicated"]
+            .iter()
+            .any(|what| name.contains(what))
+            || name.contains("byte-replaced")
+            || name.contains("byte-inserted")
+            || name.contains("newline-before");
+        assert_eq!(refused, contradicts, "{name}: {:?}", outcome.loaded.err());
+    }
+    // ...and so are the logs of the entry target that do, while the sound ones fold.
+    let checkpoint = checks::log_checkpoint(true).expect("the checkpoint");
+    for (name, input) in hand_written_log_entry_inputs() {
+        let mode = input[0] % 4;
+        if mode < 2 {
+            let decoded = LogEntry::from_bytes(&if mode == 0 {
+                checks::entry_frame(&input[1..])
+            } else {
+                input[1..].to_vec()
+            });
+            assert_eq!(
+                decoded.is_err(),
+                name.contains("later") || name.contains("counting"),
+                "{name}"
+            );
+            continue;
+        }
+        let mut log = SessionLog::new(checkpoint.clone());
+        let mut pushed = true;
+        for piece in input[1..].split(|&b| b == checks::PIECE_SEPARATOR) {
+            let entry = LogEntry::from_bytes(&checks::entry_frame(piece)).expect(&name);
+            pushed &= log.push(entry).is_ok();
+        }
+        let sound = log.head().is_ok() && pushed;
+        assert_eq!(
+            sound,
+            name == "log-every-kind-of-entry.bin" || name == "log-metadata-change.bin",
+            "{name}"
+        );
     }
 }

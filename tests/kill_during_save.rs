@@ -27,25 +27,32 @@
 //! (truncate, first half, a short sleep, second half); the same checker must report a torn
 //! or unreadable state within the same kill budget.
 //!
-//! # Journal mode (incremental saves)
+//! # Journal mode (incremental saves of every entry kind)
 //!
 //! The snapshots above are made with the builder, so the store writes each one as a full
-//! rewrite (temporary file and rename). In `journal` mode the savers grow sessions the way
-//! a harness does: state `n` of a session is revision `n`, and each save appends turn `n`
-//! to state `n - 1` with [`SessionSnapshot::with_appended`], so the store appends it to
-//! `<id>.journal` as one log entry (the journal is never folded into a new base: every
-//! revision stays in the history). Each saver keeps the
-//! snapshot it last saved of its own session (`.with_revision(saved)`) and appends to it;
-//! the shared session is loaded before each save and reloaded on conflict.
+//! rewrite (temporary file and rename). In `journal` mode the savers change sessions the
+//! way a harness does: state `n` of a session is revision `n`, made from state `n - 1` by
+//! the operation [`op_of`]`(n)` picks, so the store appends it to `<id>.journal` as one log
+//! entry (the journal is never folded into a new base: every revision stays in the
+//! history). Each saver keeps the snapshot it last saved of its own session
+//! (`.with_revision(saved)`) and changes it; the shared session is loaded before each save
+//! and reloaded on conflict.
 //!
 //! Turn `i` is a user message with a 1-20 KB payload derived from `i`, an assistant reply
 //! with an end marker for `i`, and a usage entry derived from `i`. To keep sessions (and
-//! so the run) bounded, state `n` holds the turns of its *epoch* only, from
-//! `first_turn(n)` to `n` (epochs are [`TURNS_PER_EPOCH`] turns long); the first state of
-//! an epoch is made with the builder (so it is a full rewrite that empties the journal),
-//! with metadata `{"first_turn": n}` that the appended states keep. A loaded session must
-//! be exactly one such state: every turn, the usage and the metadata are checked, so a
-//! record applied to the wrong base, a torn record or a mix of two states is caught. (The
+//! so the run) bounded, state `n` holds only what its *epoch* made, from `first_turn(n)`
+//! to `n` (epochs are [`TURNS_PER_EPOCH`] states long); the first state of an epoch is
+//! made with the builder (a new session under the same id, so a full rewrite that starts
+//! the log again), with metadata `{"first_turn": n}` that the later states keep. Within an
+//! epoch, the `k`-th state (`k = n - first_turn(n) + 1`) is, by `k mod 6`: 4 a rewind of
+//! the last turn ([`SessionSnapshot::rewind`]), 5 a restore of state `n - 2` (loaded with
+//! `load_at`; so a rewind is undone right after it), 0 a compaction of everything but the
+//! last turn into one summary message with a usage entry of its own, and otherwise a turn
+//! ([`SessionSnapshot::with_appended`]). [`expected_state`] works out any state's view and
+//! usage from `n` alone (usage is never taken back), and a loaded session must be exactly
+//! that state: every message, the usage and the metadata are checked, so an entry applied
+//! to the wrong base, a torn entry or a mix of two states is caught. So are the kinds of
+//! the revisions the store lists and a random earlier revision loaded with `load_at`. (The
 //! counter is the revision and the transcript rather than a metadata entry because
 //! `with_appended` cannot change metadata.) The store's files are only looked at, never
 //! trusted: the kind of each save (append or rewrite) is read from the base's `revision`
@@ -60,10 +67,10 @@
 //! next revision and load back as exactly the next state, with no torn bytes left: a torn
 //! tail is cut, never read as part of the record after it.
 //!
-//! Negative control: in `journal-torn` mode the child appends to its own sessions' journals
-//! by hand, with a valid frame, but acknowledges the save after writing half of the record
-//! (a writer that claims success before the record is whole); the checker must report the
-//! lost acknowledged save once a kill lands in between.
+//! Negative control: in `journal-torn` mode the child appends its own sessions' turns to
+//! their journals by hand, with a valid frame, but acknowledges the save after writing
+//! half of the entry (a writer that claims success before the entry is whole); the checker
+//! must report the lost acknowledged save once a kill lands in between.
 #![cfg(unix)]
 
 use std::collections::BTreeMap;
@@ -80,8 +87,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    ContentBlock, Durability, FileSessionStore, Message, Result as StoreResult, Revision, Role,
-    SessionId, SessionSnapshot, SessionStore, SessionSummary, Usage,
+    Compaction, ContentBlock, Durability, EntryKind, FileSessionStore, Message,
+    Result as StoreResult, Revision, RewindTo, Role, SessionId, SessionSnapshot, SessionStore,
+    SessionSummary, Usage,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -397,34 +405,188 @@ fn epoch_metadata(first: u64) -> Map<String, Value> {
     metadata
 }
 
-/// State `n` of `id` made from state `n - 1` (`None` for `n = 1`), ready to save over
-/// revision `n - 1`, and whether it was appended (rather than built: the first state of an
-/// epoch).
-fn next_turn_state(id: &SessionId, previous: Option<SessionSnapshot>) -> (SessionSnapshot, bool) {
-    let n = previous.as_ref().map_or(0, |s| s.revision().as_u64()) + 1;
-    match previous {
-        Some(previous) if first_turn(n) != n => {
-            let now = Utc::now().max(previous.updated_at());
-            let next = previous
-                .with_appended(turn_messages(n), vec![turn_usage(n)], now)
-                .expect("append a turn");
-            (next, true)
+/// What state `n` is made by, from state `n - 1` (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// The first state of an epoch, built anew.
+    EpochStart,
+    Turn,
+    /// The last turn rewound.
+    Rewind,
+    /// State `n - 2` restored.
+    Restore,
+    /// Everything but the last turn replaced by a summary.
+    Compaction,
+}
+
+impl Op {
+    const ALL: [Op; 5] = [
+        Op::EpochStart,
+        Op::Turn,
+        Op::Rewind,
+        Op::Restore,
+        Op::Compaction,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::EpochStart => "epoch",
+            Op::Turn => "turn",
+            Op::Rewind => "rewind",
+            Op::Restore => "restore",
+            Op::Compaction => "compaction",
         }
-        _ => {
-            let first = SessionSnapshot::builder(id.clone(), MODEL)
-                .metadata(epoch_metadata(n))
-                .transcript(turn_messages(n))
-                .usage(vec![turn_usage(n)])
-                .build()
-                .expect("build the first state of an epoch")
-                .with_revision(Revision::from_u64(n - 1));
-            (first, false)
+    }
+
+    /// The kind of log entry it appends (an epoch's start starts a new log).
+    fn kind(self) -> EntryKind {
+        match self {
+            Op::EpochStart => EntryKind::Checkpoint,
+            Op::Turn => EntryKind::Turn,
+            Op::Rewind => EntryKind::Rewind,
+            Op::Restore => EntryKind::Restore,
+            Op::Compaction => EntryKind::Compaction,
         }
     }
 }
 
+/// The operation that makes state `n` (`n >= 1`).
+fn op_of(n: u64) -> Op {
+    let k = n - first_turn(n) + 1;
+    match k % 6 {
+        _ if k == 1 => Op::EpochStart,
+        4 => Op::Rewind,
+        5 => Op::Restore,
+        0 => Op::Compaction,
+        _ => Op::Turn,
+    }
+}
+
+/// The text of the summary message of the compaction that makes state `n`.
+fn summary_text(n: u64) -> String {
+    format!("summary made at state {n}")
+}
+
+/// The usage of the model call that wrote the summary of state `n`.
+fn summary_usage(n: u64) -> Usage {
+    Usage::new(MODEL).with_tokens(1_000 + n, 7)
+}
+
+/// One part of a view: a turn's two messages, or a summary message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Turn(u64),
+    Summary(u64),
+}
+
+/// State `n` worked out from `n` alone: its view, its usage, and the kind of each
+/// revision of its epoch's log (from the epoch's first state).
+struct Expected {
+    view: Vec<Part>,
+    usage: Vec<Usage>,
+    kinds: Vec<EntryKind>,
+}
+
+fn expected_state(n: u64) -> Expected {
+    let first = first_turn(n);
+    let mut views: Vec<Vec<Part>> = Vec::new();
+    let mut expected = Expected {
+        view: Vec::new(),
+        usage: Vec::new(),
+        kinds: Vec::new(),
+    };
+    for m in first..=n {
+        let op = op_of(m);
+        let view = &mut expected.view;
+        match op {
+            Op::EpochStart | Op::Turn => {
+                view.push(Part::Turn(m));
+                expected.usage.push(turn_usage(m));
+            }
+            Op::Rewind => {
+                let last = view.pop();
+                assert!(
+                    matches!(last, Some(Part::Turn(_))),
+                    "state {m} rewinds a turn"
+                );
+            }
+            Op::Restore => view.clone_from(&views[usize::try_from(m - 2 - first).expect("fits")]),
+            Op::Compaction => {
+                let last = *view.last().expect("a view to compact");
+                assert!(matches!(last, Part::Turn(_)), "state {m} keeps a turn");
+                *view = vec![Part::Summary(m), last];
+                expected.usage.push(summary_usage(m));
+            }
+        }
+        views.push(view.clone());
+        expected.kinds.push(op.kind());
+    }
+    expected
+}
+
+/// The messages of `parts`.
+fn messages_of(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Turn(_) => 2,
+            Part::Summary(_) => 1,
+        })
+        .sum()
+}
+
+/// State `n` of `id` made from state `n - 1` (`None` for `n = 1`) by [`op_of`]`(n)`, ready
+/// to save over revision `n - 1`, and that operation. A restore loads the state it goes
+/// back to from `store` (`None` if the store no longer has it: another writer started a
+/// new epoch meanwhile, so the save would conflict anyway).
+fn next_turn_state(
+    store: &FileSessionStore,
+    id: &SessionId,
+    previous: Option<SessionSnapshot>,
+) -> Option<(SessionSnapshot, Op)> {
+    let n = previous.as_ref().map_or(0, |s| s.revision().as_u64()) + 1;
+    let op = op_of(n);
+    let Some(mut next) = previous.filter(|_| op != Op::EpochStart) else {
+        let first = SessionSnapshot::builder(id.clone(), MODEL)
+            .metadata(epoch_metadata(n))
+            .transcript(turn_messages(n))
+            .usage(vec![turn_usage(n)])
+            .build()
+            .expect("build the first state of an epoch")
+            .with_revision(Revision::from_u64(n - 1));
+        return Some((first, Op::EpochStart));
+    };
+    let len = next.transcript().len();
+    match op {
+        Op::EpochStart => unreachable!("handled above"),
+        Op::Turn => {
+            let now = Utc::now().max(next.updated_at());
+            next = next
+                .with_appended(turn_messages(n), vec![turn_usage(n)], now)
+                .expect("append a turn");
+        }
+        Op::Rewind => {
+            next.rewind(RewindTo::Message(len - 2))
+                .expect("rewind the last turn");
+        }
+        Op::Restore => {
+            let past = store.load_at(id, Revision::from_u64(n - 2)).ok()?;
+            next.restore_from(&past).expect("restore state n - 2");
+        }
+        Op::Compaction => {
+            next.compact(
+                Compaction::new(len - 2, vec![Message::user(summary_text(n))])
+                    .with_usage(summary_usage(n)),
+            )
+            .expect("compact all but the last turn");
+        }
+    }
+    Some((next, op))
+}
+
 /// The state number of a loaded journal-mode session, after checking it is exactly that
-/// state: every turn of its epoch, in order, with its usage and the epoch's metadata.
+/// state ([`expected_state`]): every message of its view, in order, its usage (never
+/// taken back) and the epoch's metadata, and the history counts of its epoch's log.
 fn verify_turns(snapshot: &SessionSnapshot) -> Result<u64, String> {
     let id = snapshot.id();
     let n = snapshot.revision().as_u64();
@@ -438,48 +600,113 @@ fn verify_turns(snapshot: &SessionSnapshot) -> Result<u64, String> {
             snapshot.metadata()
         ));
     }
-    let turns = usize::try_from(n - first + 1).expect("fits");
+    let expected = expected_state(n);
     let (transcript, usage) = (snapshot.transcript(), snapshot.usage());
-    if transcript.len() != 2 * turns || usage.len() != turns {
+    if transcript.len() != messages_of(&expected.view) || usage != expected.usage.as_slice() {
         return Err(format!(
-            "{id}: state {n} has {} messages and {} usage entries, expected {} and {turns}",
+            "{id}: state {n} has {} messages and {} usage entries, expected {} ({:?}) and {} (usage is never taken back)",
             transcript.len(),
             usage.len(),
-            2 * turns
+            messages_of(&expected.view),
+            expected.view,
+            expected.usage.len()
         ));
     }
-    for (k, i) in (first..=n).enumerate() {
-        let (user, reply) = (&transcript[2 * k], &transcript[2 * k + 1]);
-        if user.role != Role::User || user.text() != turn_payload(i) {
-            return Err(format!(
-                "{id}: state {n}, message {}: not the user message of turn {i} ({:?}, {} bytes)",
-                2 * k,
-                user.role,
-                user.text().len()
-            ));
-        }
-        if reply.role != Role::Assistant || reply.text() != turn_end(i) {
-            return Err(format!(
-                "{id}: state {n}, message {}: {:?} is not the reply of turn {i}",
-                2 * k + 1,
-                reply.text()
-            ));
-        }
-        if usage[k] != turn_usage(i) {
-            return Err(format!(
-                "{id}: state {n}, usage {k} is not turn {i}'s: {:?}",
-                usage[k]
-            ));
+    let mut at = 0;
+    for part in &expected.view {
+        match *part {
+            Part::Turn(i) => {
+                let (user, reply) = (&transcript[at], &transcript[at + 1]);
+                if user.role != Role::User || user.text() != turn_payload(i) {
+                    return Err(format!(
+                        "{id}: state {n}, message {at}: not the user message of turn {i} ({:?}, {} bytes)",
+                        user.role,
+                        user.text().len()
+                    ));
+                }
+                if reply.role != Role::Assistant || reply.text() != turn_end(i) {
+                    return Err(format!(
+                        "{id}: state {n}, message {}: {:?} is not the reply of turn {i}",
+                        at + 1,
+                        reply.text()
+                    ));
+                }
+                at += 2;
+            }
+            Part::Summary(m) => {
+                let summary = &transcript[at];
+                if summary.role != Role::User || summary.text() != summary_text(m) {
+                    return Err(format!(
+                        "{id}: state {n}, message {at}: {:?} is not the summary of state {m}",
+                        summary.text()
+                    ));
+                }
+                at += 1;
+            }
         }
     }
     if !snapshot.tool_calls().is_empty() {
         return Err(format!("{id}: state {n} has tool calls"));
     }
+    let stats = snapshot.history_stats();
+    let count = |kind| expected.kinds.iter().filter(|&&k| k == kind).count() as u64;
+    if (
+        stats.oldest_revision.as_u64(),
+        stats.rewinds,
+        stats.compactions,
+        stats.restores,
+    ) != (
+        first,
+        count(EntryKind::Rewind),
+        count(EntryKind::Compaction),
+        count(EntryKind::Restore),
+    ) {
+        return Err(format!(
+            "{id}: state {n} says its history is {stats:?}, expected from {first} with the kinds {:?}",
+            expected.kinds
+        ));
+    }
     Ok(n)
 }
 
-/// The savers of the journal modes: each appends turns to its own session, keeping the
-/// snapshot it last saved, and (in turn) to the shared one, loaded before each save.
+/// Checks the history the store keeps of `snapshot`'s session (state `n`): the revisions
+/// of its epoch, with their kinds and view lengths, and the earlier state `r` (picked by
+/// the caller) loaded with `load_at`.
+fn verify_history(
+    store: &FileSessionStore,
+    snapshot: &SessionSnapshot,
+    r: u64,
+) -> Result<(), String> {
+    let id = snapshot.id();
+    let n = snapshot.revision().as_u64();
+    let first = first_turn(n);
+    let listed: Vec<(u64, EntryKind, usize)> = store
+        .revisions(id)
+        .map_err(|e| format!("{id}: revisions: {e:?}"))?
+        .iter()
+        .map(|info| (info.revision.as_u64(), info.kind, info.messages))
+        .collect();
+    let expected: Vec<(u64, EntryKind, usize)> = (first..=n)
+        .zip(expected_state(n).kinds)
+        .map(|(m, kind)| (m, kind, messages_of(&expected_state(m).view)))
+        .collect();
+    if listed != expected {
+        return Err(format!(
+            "{id}: state {n} lists the revisions {listed:?}, expected {expected:?}"
+        ));
+    }
+    let earlier = store
+        .load_at(id, Revision::from_u64(r))
+        .map_err(|e| format!("{id}: load_at({r}) of state {n}: {e:?}"))?;
+    match verify_turns(&earlier) {
+        Ok(m) if m == r => Ok(()),
+        Ok(m) => Err(format!("{id}: load_at({r}) gave state {m}")),
+        Err(e) => Err(format!("{id}: load_at({r}): {e}")),
+    }
+}
+
+/// The savers of the journal modes: each saves the next state of its own session, keeping
+/// the snapshot it last saved, and (in turn) of the shared one, loaded before each save.
 fn append_turns(store: &FileSessionStore, torn: bool, deadline: Instant) {
     let ready = std::sync::Barrier::new(SAVERS + 1);
     std::thread::scope(|scope| {
@@ -526,10 +753,10 @@ fn append_own(
     last: Option<SessionSnapshot>,
     torn: bool,
 ) -> SessionSnapshot {
-    let (next, appended) = next_turn_state(id, last);
+    let (next, op) = next_turn_state(store, id, last).expect("only this thread writes it");
     let n = next.revision().as_u64() + 1;
     let journal = journal_path(store.dir(), id);
-    if torn && appended && fs::metadata(&journal).is_ok_and(|meta| meta.len() > 0) {
+    if torn && op == Op::Turn && fs::metadata(&journal).is_ok_and(|meta| meta.len() > 0) {
         append_by_hand_and_ack_early(&journal, &next);
         return next.with_revision(Revision::from_u64(n));
     }
@@ -537,24 +764,28 @@ fn append_own(
         .save(&next)
         .unwrap_or_else(|e| panic!("the child could not save {id}: {e:?}"));
     assert_eq!(saved.as_u64(), n, "{id}: saved at the wrong revision");
-    acknowledge(store, id, n);
-    if appended {
-        next.with_revision(saved)
-    } else {
+    acknowledge(store, id, n, op);
+    if op == Op::EpochStart {
         // A built snapshot knows nothing of the store: load it back to append to it.
         load_turns(store, id).expect("the state just saved loads")
+    } else {
+        next.with_revision(saved)
     }
 }
 
 /// Loads `id`, saves the state after it, retrying on conflict, and acknowledges the save.
 fn append_shared(store: &FileSessionStore, id: &SessionId) {
     loop {
-        let (next, _) = next_turn_state(id, load_turns(store, id));
+        // A restore whose state was replaced meanwhile by another saver's new epoch: that
+        // saver moved the revision, so try again from the new state.
+        let Some((next, op)) = next_turn_state(store, id, load_turns(store, id)) else {
+            continue;
+        };
         let n = next.revision().as_u64() + 1;
         match store.save(&next) {
             Ok(saved) => {
                 assert_eq!(saved.as_u64(), n, "{id}: saved at the wrong revision");
-                acknowledge(store, id, n);
+                acknowledge(store, id, n, op);
                 return;
             }
             Err(e) if e.is_conflict() => {}
@@ -563,12 +794,13 @@ fn append_shared(store: &FileSessionStore, id: &SessionId) {
     }
 }
 
-/// Acknowledges the save of state `n` of `id`, with its kind: `rewrite` if the base now
-/// holds revision `n` (this save wrote a new base), `append` if it holds an older one,
-/// `later` if another thread rewrote it meanwhile (only for the shared session).
-fn acknowledge(store: &FileSessionStore, id: &SessionId, n: u64) {
+/// Acknowledges the save of state `n` of `id`, with how it was written: `rewrite` if the
+/// base now holds revision `n` (this save wrote a new base), `append` if it holds an older
+/// one, `later` if another thread rewrote it meanwhile (only for the shared session); and
+/// the operation that made the state.
+fn acknowledge(store: &FileSessionStore, id: &SessionId, n: u64, op: Op) {
     let kind = save_kind(&store.path_of(id), n);
-    announce(&format!("saved {id} {n} {kind}"));
+    announce(&format!("saved {id} {n} {kind} {}", op.name()));
 }
 
 /// See [`acknowledge`].
@@ -663,7 +895,7 @@ fn append_by_hand_and_ack_early(journal: &Path, next: &SessionSnapshot) {
         .expect("the broken appender opens the journal");
     file.write_all(first).expect("write the first half");
     announce(&format!(
-        "saved {} {} append",
+        "saved {} {} append turn",
         next.id(),
         next.revision().as_u64() + 1
     ));
@@ -775,10 +1007,16 @@ struct SaveKinds {
     epoch_starts: u64,
     /// Shared-session saves whose base another saver replaced before the kind was read.
     unknown: u64,
+    /// The acknowledged saves by the operation that made the state, in [`Op::ALL`]'s
+    /// order.
+    ops: [u64; 5],
 }
 
 impl SaveKinds {
-    fn count(&mut self, n: u64, kind: &str) {
+    fn count(&mut self, n: u64, kind: &str, op: Option<&str>) {
+        if let Some(k) = Op::ALL.iter().position(|o| Some(o.name()) == op) {
+            self.ops[k] += 1;
+        }
         match kind {
             "append" => self.appends += 1,
             "rewrite" if first_turn(n) == n => self.epoch_starts += 1,
@@ -792,6 +1030,14 @@ impl SaveKinds {
         self.rewritten_appends += other.rewritten_appends;
         self.epoch_starts += other.epoch_starts;
         self.unknown += other.unknown;
+        for (mine, theirs) in self.ops.iter_mut().zip(other.ops) {
+            *mine += theirs;
+        }
+    }
+
+    /// The acknowledged saves of operation `op`.
+    fn of(&self, op: Op) -> u64 {
+        self.ops[Op::ALL.iter().position(|&o| o == op).expect("every op")]
     }
 }
 
@@ -867,10 +1113,12 @@ fn run_and_kill(dir: &Path, mode: &str, rng: &mut Rng) -> Killed {
     let mut kinds = SaveKinds::default();
     for line in &said {
         let words: Vec<&str> = line.split(' ').collect();
-        // `saved <id> <counter>`, and in journal mode the kind of write.
-        let (id, counter, kind) = match words.as_slice() {
-            ["saved", id, counter] => (id, counter, None),
-            ["saved", id, counter, kind] => (id, counter, Some(*kind)),
+        // `saved <id> <counter>`, and in journal mode the kind of write and the
+        // operation.
+        let (id, counter, kind, op) = match words.as_slice() {
+            ["saved", id, counter] => (id, counter, None, None),
+            ["saved", id, counter, kind] => (id, counter, Some(*kind), None),
+            ["saved", id, counter, kind, op] => (id, counter, Some(*kind), Some(*op)),
             _ => continue,
         };
         // A line cut short by the kill could only read as a smaller counter, which
@@ -880,7 +1128,7 @@ fn run_and_kill(dir: &Path, mode: &str, rng: &mut Rng) -> Killed {
         };
         saves += 1;
         if let Some(kind) = kind {
-            kinds.count(counter, kind);
+            kinds.count(counter, kind, op);
         }
         let last = acked.entry((*id).to_owned()).or_insert(0);
         *last = (*last).max(counter);
@@ -933,6 +1181,8 @@ struct Checker {
     kills_leaving_temp_files: usize,
     /// Journal mode: the kinds of the acknowledged saves.
     kinds: SaveKinds,
+    /// Journal mode: earlier states loaded with `load_at` and checked.
+    earlier_states_checked: usize,
     /// Journal mode: journals a kill left with a torn tail (bytes after the last intact
     /// frame).
     torn_tails_left: usize,
@@ -941,6 +1191,8 @@ struct Checker {
     /// Journal mode: recovery saves, those among them that appended to a journal that had
     /// a torn tail (so cut it), and those that rewrote the base.
     recoveries: usize,
+    /// Journal mode: the recovery saves by operation, in [`Op::ALL`]'s order.
+    recovery_ops: [usize; 5],
     tails_cut_by_append: usize,
     recovery_rewrites: usize,
 }
@@ -955,6 +1207,7 @@ impl Checker {
 
     /// Checks the store in `dir` after a kill whose child acknowledged `killed`; in
     /// journal mode, then makes the recovery saves (see the module docs).
+    #[allow(clippy::too_many_lines)] // one check after another, in the order they run
     fn check(
         &mut self,
         dir: &Path,
@@ -1009,7 +1262,13 @@ impl Checker {
             };
             let counter = match self.mode {
                 Mode::Snapshots => verify_state(&snapshot),
-                Mode::Journal => verify_turns(&snapshot),
+                Mode::Journal => verify_turns(&snapshot).and_then(|n| {
+                    let first = first_turn(n);
+                    let r = first + rng.below_or_equal(n - first);
+                    verify_history(&store, &snapshot, r)?;
+                    self.earlier_states_checked += 1;
+                    Ok(n)
+                }),
             }
             .map_err(|e| (Violation::Mixed, e))?;
             if let Some(seen) = seen {
@@ -1111,7 +1370,8 @@ impl Checker {
             }
             let torn_before = JournalScan::of(&journal).torn_bytes();
             let n = snapshot.revision().as_u64();
-            let (next, _) = next_turn_state(&id, Some(snapshot));
+            let (next, op) =
+                next_turn_state(&store, &id, Some(snapshot)).expect("the parent alone writes now");
             let unrecoverable = |what: String| (Violation::Unrecoverable, format!("{id}: {what}"));
             let saved = store.save(&next).map_err(|e| {
                 unrecoverable(format!("saving state {} after the kill: {e:?}", n + 1))
@@ -1140,6 +1400,7 @@ impl Checker {
                 )));
             }
             self.recoveries += 1;
+            self.recovery_ops[Op::ALL.iter().position(|&o| o == op).expect("every op")] += 1;
             if rewrote {
                 self.recovery_rewrites += 1;
             } else if torn_before > 0 {
@@ -1170,17 +1431,31 @@ impl Checker {
             let _ = write!(
                 line,
                 ", acknowledged appends {}, appends written as a new base {}, epoch starts {}, unclassified {}, \
+                 acknowledged by operation: {}, \
+                 earlier states checked with load_at {}, \
                  torn tails left by kills {}, torn tails added {}, recovery saves {} \
-                 ({} cut a torn tail by appending, {} rewrote the base)",
+                 ({} cut a torn tail by appending, {} rewrote the base; by operation: {})",
                 kinds.appends,
                 kinds.rewritten_appends,
                 kinds.epoch_starts,
                 kinds.unknown,
+                Op::ALL
+                    .iter()
+                    .map(|&op| format!("{} {}", op.name(), kinds.of(op)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.earlier_states_checked,
                 self.torn_tails_left,
                 self.torn_tails_made,
                 self.recoveries,
                 self.tails_cut_by_append,
                 self.recovery_rewrites,
+                Op::ALL
+                    .iter()
+                    .zip(self.recovery_ops)
+                    .map(|(op, n)| format!("{} {n}", op.name()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             );
         }
         line.push_str(", per session:");
@@ -1347,6 +1622,16 @@ fn sigkill_during_concurrent_journal_appends_and_new_bases_loses_nothing_and_rec
         "the children's saves did not append and start epochs only: {}",
         checker.figures()
     );
+    // Every kind of entry was acknowledged by some child, or saved by a recovery save.
+    for op in Op::ALL {
+        let recovered = checker.recovery_ops[Op::ALL.iter().position(|&o| o == op).expect("op")];
+        assert!(
+            checker.kinds.of(op) + recovered as u64 > 0,
+            "no {} was saved: {}",
+            op.name(),
+            checker.figures()
+        );
+    }
     // Some kills landed in the middle of a rewrite (an epoch's start).
     assert!(
         checker.kills_leaving_temp_files > 0,
@@ -1410,17 +1695,17 @@ fn hand_written_journal_record_loads_like_the_stores_own_and_its_prefix_is_a_tor
     let id = sid("own-0");
     let journal = journal_path(store.dir(), &id);
     // States 1 (built) and 2 (appended: the journal now holds a header and a record).
-    let (first, _) = next_turn_state(&id, None);
+    let (first, _) = next_turn_state(&store, &id, None).expect("state 1");
     store.save(&first).expect("save state 1");
-    let (second, appended) = next_turn_state(&id, store.load(&id).ok());
-    assert!(appended);
+    let (second, op) = next_turn_state(&store, &id, store.load(&id).ok()).expect("state 2");
+    assert_eq!(op, Op::Turn);
     store.save(&second).expect("save state 2");
     let stored = store.load(&id).expect("load state 2");
     assert_eq!(verify_turns(&stored), Ok(2));
     let before = fs::read(&journal).expect("the journal exists");
 
     // State 3, appended by hand.
-    let (third, _) = next_turn_state(&id, Some(stored.clone()));
+    let (third, _) = next_turn_state(&store, &id, Some(stored.clone())).expect("state 3");
     let frame = record_frame(
         &id,
         3,
@@ -1449,8 +1734,8 @@ fn hand_written_journal_record_loads_like_the_stores_own_and_its_prefix_is_a_tor
         );
         assert_eq!(JournalScan::of(&journal).torn_bytes(), cut);
     }
-    let (third, appended) = next_turn_state(&id, Some(stored));
-    assert!(appended);
+    let (third, op) = next_turn_state(&store, &id, Some(stored)).expect("state 3");
+    assert_eq!(op, Op::Turn);
     store.save(&third).expect("save state 3 over the torn tail");
     assert_eq!(JournalScan::of(&journal).torn_bytes(), 0);
     assert_eq!(

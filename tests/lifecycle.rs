@@ -458,6 +458,15 @@ fn write_sessions(store: &FileSessionStore, prefix: &str, stop_pruning: &dyn Fn(
     let mut log = Vec::new();
     for k in 0..SESSIONS {
         if k == STOP_PRUNING_AT {
+            // On a loaded machine the pruner may not have had a round yet: wait (a few
+            // seconds at most) until it deleted one of this writer's sessions, so the end
+            // state has pruned sessions as well as the kept ones after this point.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline
+                && (0..k).all(|j| store.load(&sid(&format!("{prefix}-{j}"))).is_ok())
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             stop_pruning();
         }
         let name = format!("{prefix}-{k}");

@@ -1,5 +1,8 @@
 //! Property tests: any valid session survives save and load unchanged, and random
-//! sequences of save, load, delete and list behave like an in-memory model.
+//! sequences of save (new sessions and edits), load, turns, rewinds, compactions,
+//! restores, forks, deletes (of parents too), prunes, listings and reopening behave like
+//! an in-memory model, which predicts the head, every kept revision (`load_at`), the
+//! revision list's kinds and view lengths, and the history stats exactly.
 //!
 //! The generated sessions cover ids, text with arbitrary Unicode (control characters,
 //! astral planes, combining marks), tool calls with JSON or raw-text arguments paired with
@@ -25,8 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use agent_session::{
-    ContentBlock, Cost, Error, ErrorKind, FileSessionStore, MemorySessionStore, Message, Revision,
-    Role, SessionId, SessionSnapshot, SessionStore, SessionSummary, TextBlock, ToolCall,
+    Compaction, ContentBlock, Cost, EntryKind, Error, ErrorKind, FileSessionStore, ForkAt,
+    HistoryStats, MemorySessionStore, Message, PrunePolicy, Revision, RewindTo, Role, SessionId,
+    SessionSnapshot, SessionStore, SessionStoreExt, SessionSummary, TextBlock, ToolCall,
     ToolOutput, ToolResult, Usage,
 };
 use chrono::{DateTime, Utc};
@@ -569,7 +573,8 @@ fn negative_zero_and_extreme_numbers_keep_their_exact_form() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Model-based: save / load / delete / list against an in-memory model
+// Model-based: save, load, history operations, fork, delete, prune and list against an
+// in-memory model
 // ---------------------------------------------------------------------------------------
 
 /// Which revision a save claims to be based on.
@@ -587,19 +592,65 @@ enum Basis {
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// Save the session in `slot` through file-store handle `handle` (0 or 1).
+    /// Save a snapshot built anew in `slot` through file-store handle `handle` (0 or 1):
+    /// a new session, an edit of the stored one, or a stale or future save.
     Save {
         slot: usize,
         handle: usize,
         basis: Basis,
         spec: Box<SessionSpec>,
     },
+    /// Load the session, then every revision the model keeps of it, its revisions and
+    /// its history stats.
     Load {
         slot: usize,
         handle: usize,
     },
+    /// Load, append a turn (a prompt and a reply, with usage) and save.
+    Turn {
+        slot: usize,
+        handle: usize,
+        text: String,
+    },
+    /// Rewind the last `turns` turns ([`SessionStoreExt::rewind`]).
+    Rewind {
+        slot: usize,
+        handle: usize,
+        turns: usize,
+    },
+    /// Load, compact all but the last `keep` turns into a summary (with usage), save.
+    Compact {
+        slot: usize,
+        handle: usize,
+        keep: usize,
+    },
+    /// Restore the kept revision number `pick` (mod the revisions kept; may go past the
+    /// head, which must be refused).
+    Restore {
+        slot: usize,
+        handle: usize,
+        pick: usize,
+    },
+    /// Drop the revisions before the kept revision number `pick` (mod the revisions kept
+    /// plus one: one past the head, which must be refused).
+    Trim {
+        slot: usize,
+        handle: usize,
+        pick: usize,
+    },
+    /// Fork the session in `from` at its end into `to` (shared in the file store).
+    Fork {
+        from: usize,
+        to: usize,
+        handle: usize,
+    },
     Delete {
         slot: usize,
+        handle: usize,
+    },
+    /// Prune to the `keep` newest sessions.
+    Prune {
+        keep: usize,
         handle: usize,
     },
     List {
@@ -633,25 +684,78 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1u64..3).prop_map(Basis::Ahead),
     ];
     prop_oneof![
-        5 => (slot.clone(), handle.clone(), basis, small_spec()).prop_map(
+        4 => (slot.clone(), handle.clone(), basis, small_spec()).prop_map(
             |(slot, handle, basis, spec)| Op::Save { slot, handle, basis, spec: Box::new(spec) }
         ),
         3 => (slot.clone(), handle.clone()).prop_map(|(slot, handle)| Op::Load { slot, handle }),
+        4 => (slot.clone(), handle.clone(), text())
+            .prop_map(|(slot, handle, text)| Op::Turn { slot, handle, text }),
+        2 => (slot.clone(), handle.clone(), 0usize..4)
+            .prop_map(|(slot, handle, turns)| Op::Rewind { slot, handle, turns }),
+        2 => (slot.clone(), handle.clone(), 0usize..3)
+            .prop_map(|(slot, handle, keep)| Op::Compact { slot, handle, keep }),
+        2 => (slot.clone(), handle.clone(), any::<usize>())
+            .prop_map(|(slot, handle, pick)| Op::Restore { slot, handle, pick }),
+        1 => (slot.clone(), handle.clone(), any::<usize>())
+            .prop_map(|(slot, handle, pick)| Op::Trim { slot, handle, pick }),
+        2 => (slot.clone(), slot.clone(), handle.clone())
+            .prop_map(|(from, to, handle)| Op::Fork { from, to, handle }),
         2 => (slot, handle.clone()).prop_map(|(slot, handle)| Op::Delete { slot, handle }),
-        2 => handle.prop_map(|handle| Op::List { handle }),
+        1 => (0usize..SLOTS, handle.clone()).prop_map(|(keep, handle)| Op::Prune { keep, handle }),
+        1 => handle.prop_map(|handle| Op::List { handle }),
         1 => Just(Op::Reopen),
     ]
 }
 
-/// The model: what each store must hold, and the oldest revision its history keeps (the
-/// revision that created the session, or that replaced one created at another time).
-type Model = BTreeMap<SessionId, (Revision, SessionSnapshot, Revision)>;
+/// What the model keeps of one session: every revision its store keeps, oldest first
+/// (the state saved at it, and the kind of the change), from the revision that created
+/// it (or replaced one created at another time).
+#[derive(Debug, Clone)]
+struct Kept {
+    states: Vec<(SessionSnapshot, EntryKind)>,
+}
+
+impl Kept {
+    fn new(state: SessionSnapshot) -> Self {
+        Kept {
+            states: vec![(state, EntryKind::Checkpoint)],
+        }
+    }
+
+    fn head(&self) -> &SessionSnapshot {
+        &self.states.last().expect("at least the checkpoint").0
+    }
+
+    fn oldest(&self) -> Revision {
+        self.states[0].0.revision()
+    }
+
+    fn push(&mut self, state: SessionSnapshot, kind: EntryKind) {
+        assert_eq!(state.revision(), self.head().revision().next());
+        self.states.push((state, kind));
+    }
+
+    /// The history stats a store reports: the oldest revision kept, and the rewinds,
+    /// compactions and restores since.
+    fn stats(&self) -> HistoryStats {
+        let count = |kind| self.states.iter().filter(|(_, k)| *k == kind).count() as u64;
+        let mut stats = HistoryStats::default();
+        stats.oldest_revision = self.oldest();
+        stats.rewinds = count(EntryKind::Rewind);
+        stats.compactions = count(EntryKind::Compaction);
+        stats.restores = count(EntryKind::Restore);
+        stats
+    }
+}
+
+/// The model: what each store must hold.
+type Model = BTreeMap<SessionId, Kept>;
 
 /// The store under test: a memory store, or a directory with two file-store handles.
 enum Subject {
     Memory(MemorySessionStore),
     Files(Box<[FileSessionStore; 2]>),
-    /// Any other store (the negative control's broken one).
+    /// Any other store (the negative controls' broken ones).
     Other(Box<dyn SessionStore>),
 }
 
@@ -681,9 +785,9 @@ impl Subject {
 fn expected_listing(model: &Model) -> Vec<SessionSummary> {
     let mut summaries: Vec<SessionSummary> = model
         .values()
-        .map(|(_, snapshot, oldest)| {
-            let mut summary = SessionSummary::of(snapshot);
-            summary.history.oldest_revision = *oldest;
+        .map(|kept| {
+            let mut summary = SessionSummary::of(kept.head());
+            summary.history = kept.stats();
             summary
         })
         .collect();
@@ -702,6 +806,98 @@ fn expect_kind<T: std::fmt::Debug>(result: agent_session::Result<T>, kind: Error
     }
 }
 
+/// `predicted` stamped at `actual`'s update time, which the store's operation took from
+/// the clock (after checking it did not go back).
+fn stamped_like(
+    predicted: SessionSnapshot,
+    actual: &SessionSnapshot,
+    what: &str,
+) -> SessionSnapshot {
+    assert!(
+        actual.updated_at() >= predicted.created_at(),
+        "{what}: updated before its creation"
+    );
+    predicted
+        .with_appended(Vec::new(), Vec::new(), actual.updated_at())
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Checks everything the subject says of `id`'s history against the model: every kept
+/// revision loads as saved, the one after the head and the one before the oldest do not,
+/// the revisions are listed with their kinds and view lengths, and the head counts them.
+fn check_history(store: &dyn SessionStore, id: &SessionId, kept: &Kept, what: &str) {
+    for (state, kind) in &kept.states {
+        let at = store
+            .load_at(id, state.revision())
+            .unwrap_or_else(|e| panic!("{what}: revision {} ({kind}): {e}", state.revision()));
+        assert_unchanged(
+            state,
+            &at,
+            &format!("{what}: revision {} ({kind})", state.revision()),
+        );
+    }
+    let after = kept.head().revision().next();
+    expect_kind(store.load_at(id, after), ErrorKind::NotFound, what);
+    if kept.oldest() > Revision::from_u64(1) {
+        let before = Revision::from_u64(kept.oldest().as_u64() - 1);
+        expect_kind(store.load_at(id, before), ErrorKind::NotFound, what);
+    }
+    let listed: Vec<(Revision, EntryKind, usize)> = store
+        .revisions(id)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .iter()
+        .map(|r| (r.revision, r.kind, r.messages))
+        .collect();
+    let expected: Vec<(Revision, EntryKind, usize)> = kept
+        .states
+        .iter()
+        .map(|(s, k)| (s.revision(), *k, s.transcript().len()))
+        .collect();
+    assert_eq!(listed, expected, "{what}: revisions()");
+    let head = store.load(id).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(head.history_stats(), kept.stats(), "{what}: history stats");
+    let history = store.history(id).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        history.view().collect::<Vec<_>>(),
+        head.transcript().iter().collect::<Vec<_>>(),
+        "{what}: the history's view"
+    );
+    assert_eq!(history.oldest_revision, kept.oldest(), "{what}");
+}
+
+/// Where `n` turns back cuts `snapshot`'s view: at the `n`-th last prompt, if there are
+/// `n` prompts and no tool call is cut from its result there.
+fn turns_back(snapshot: &SessionSnapshot, n: usize) -> Option<usize> {
+    if n == 0 {
+        return Some(snapshot.transcript().len());
+    }
+    let prompts: Vec<usize> = snapshot
+        .transcript()
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.is_prompt())
+        .map(|(i, _)| i)
+        .collect();
+    let cut = *prompts.get(prompts.len().checked_sub(n)?)?;
+    let splits = snapshot
+        .tool_calls()
+        .iter()
+        .any(|r| r.call_at.message < cut && r.result_at.message >= cut);
+    (!splits).then_some(cut)
+}
+
+/// How often each outcome happened, for the figures the model test prints and checks.
+static OUTCOMES: std::sync::Mutex<BTreeMap<&'static str, u64>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+fn tally(outcome: &'static str) {
+    *OUTCOMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(outcome)
+        .or_insert(0) += 1;
+}
+
 /// Applies `op` to the subject and to the model, checking the subject's answer.
 #[allow(clippy::too_many_lines)] // one arm per operation reads best as one match
 fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId], op: &Op) {
@@ -714,7 +910,7 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             spec,
         } => {
             let id = &ids[*slot];
-            let stored = model.get(id).map(|(revision, ..)| *revision);
+            let stored = model.get(id).map(|kept| kept.head().revision());
             let current = stored.unwrap_or(Revision::NEW).as_u64();
             let claimed = Revision::from_u64(match basis {
                 Basis::Current => current,
@@ -731,18 +927,18 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
             if succeeds {
                 let revision = result.unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(revision, claimed.next(), "{what}");
-                // A save over the same session (same creation time) adds to its history;
-                // another session under the id starts one.
-                let oldest = match model.get(id) {
-                    Some((_, before, oldest)) if before.created_at() == snapshot.created_at() => {
-                        *oldest
+                let saved = snapshot.clone().with_revision(revision);
+                // A save over the same session (same creation time) adds an edit to its
+                // history; another session under the id starts one.
+                match model.get_mut(id) {
+                    Some(kept) if kept.head().created_at() == snapshot.created_at() => {
+                        tally("edit");
+                        kept.push(saved, EntryKind::Edit);
                     }
-                    _ => revision,
-                };
-                model.insert(
-                    id.clone(),
-                    (revision, snapshot.with_revision(revision), oldest),
-                );
+                    _ => {
+                        model.insert(id.clone(), Kept::new(saved));
+                    }
+                }
             } else {
                 match result {
                     Err(Error::Conflict {
@@ -760,23 +956,289 @@ fn step(subject: &mut Subject, dir: &Path, model: &mut Model, ids: &[SessionId],
         }
         Op::Load { slot, handle } => {
             let id = &ids[*slot];
-            let result = subject.handle(*handle).load(id);
-            match model.get(id) {
-                Some((revision, expected, _)) => {
-                    let loaded = result.unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_eq!(loaded.revision(), *revision, "{what}");
-                    assert_unchanged(expected, &loaded, &what);
+            let store = subject.handle(*handle);
+            let result = store.load(id);
+            if let Some(kept) = model.get(id) {
+                let loaded = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(loaded.revision(), kept.head().revision(), "{what}");
+                assert_unchanged(kept.head(), &loaded, &what);
+                check_history(store, id, kept, &what);
+                tally("load checking every revision");
+            } else {
+                expect_kind(result, ErrorKind::NotFound, &what);
+                expect_kind(store.revisions(id), ErrorKind::NotFound, &what);
+                expect_kind(
+                    store.load_at(id, Revision::from_u64(1)),
+                    ErrorKind::NotFound,
+                    &what,
+                );
+            }
+        }
+        Op::Turn { slot, handle, text } => {
+            let id = &ids[*slot];
+            let store = subject.handle(*handle);
+            let Some(kept) = model.get_mut(id) else {
+                expect_kind(store.load(id), ErrorKind::NotFound, &what);
+                return;
+            };
+            let loaded = store.load(id).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let at = Utc::now().max(loaded.updated_at());
+            let messages = vec![
+                Message::user(text.clone()),
+                Message::assistant(vec![ContentBlock::text(format!("re: {text}"))]),
+            ];
+            let usage = vec![Usage::new("m").with_tokens(text.len() as u64, 1)];
+            let predicted = kept
+                .head()
+                .clone()
+                .with_appended(messages.clone(), usage.clone(), at);
+            let next = loaded.with_appended(messages, usage, at);
+            let (next, predicted) = match (next, predicted) {
+                (Ok(next), Ok(predicted)) => (next, predicted),
+                // Usage totals that would overflow (a session with the largest usage).
+                (next, predicted) => {
+                    expect_kind(next, ErrorKind::InvalidInput, &what);
+                    expect_kind(predicted, ErrorKind::InvalidInput, &what);
+                    return;
                 }
-                None => expect_kind(result, ErrorKind::NotFound, &what),
+            };
+            let revision = store.save(&next).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let predicted = predicted.with_revision(revision);
+            assert_eq!(revision, kept.head().revision().next(), "{what}");
+            tally("turn");
+            kept.push(predicted, EntryKind::Turn);
+        }
+        Op::Rewind {
+            slot,
+            handle,
+            turns,
+        } => {
+            let id = &ids[*slot];
+            let store = subject.handle(*handle);
+            let result = store.rewind(id, RewindTo::LastTurns(*turns));
+            let Some(kept) = model.get_mut(id) else {
+                expect_kind(result, ErrorKind::NotFound, &what);
+                return;
+            };
+            let head = kept.head().clone();
+            match turns_back(&head, *turns) {
+                None => {
+                    tally("rewind refused");
+                    expect_kind(result, ErrorKind::InvalidInput, &what);
+                }
+                Some(cut) if cut == head.transcript().len() => {
+                    // Nothing to drop: nothing is written.
+                    let same = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(same.revision(), head.revision(), "{what}");
+                }
+                Some(cut) => {
+                    let rewound = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let mut predicted = head.clone();
+                    predicted
+                        .rewind(RewindTo::Message(cut))
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let predicted = stamped_like(predicted, &rewound, &what)
+                        .with_revision(head.revision().next());
+                    assert_unchanged(&predicted, &rewound, &what);
+                    assert_eq!(rewound.usage(), head.usage(), "{what}: usage kept");
+                    tally("rewind");
+                    kept.push(predicted, EntryKind::Rewind);
+                }
+            }
+        }
+        Op::Compact { slot, handle, keep } => {
+            let id = &ids[*slot];
+            let store = subject.handle(*handle);
+            let Some(kept) = model.get_mut(id) else {
+                expect_kind(store.load(id), ErrorKind::NotFound, &what);
+                return;
+            };
+            let head = kept.head().clone();
+            let point = if *keep == 0 {
+                Some(head.transcript().len())
+            } else {
+                turns_back(&head, *keep)
+            };
+            let compaction = Compaction::new(
+                point.unwrap_or(usize::MAX),
+                vec![Message::user(format!("summary of {point:?}"))],
+            )
+            .with_usage(Usage::new("m").with_tokens(11, 2));
+            let mut loaded = store.load(id).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let result = loaded.compact(compaction.clone());
+            let mut predicted = head.clone();
+            let predicted_result = predicted.compact(compaction);
+            // Refused where no point splits no call, or where usage totals would overflow.
+            if point.is_none() || predicted_result.is_err() {
+                tally("compaction refused");
+                expect_kind(result, ErrorKind::InvalidInput, &what);
+                expect_kind(predicted_result, ErrorKind::InvalidInput, &what);
+                return;
+            }
+            result.unwrap_or_else(|e| panic!("{what}: {e}"));
+            predicted_result.unwrap_or_else(|e| panic!("{what}: {e}"));
+            let at = Utc::now().max(loaded.updated_at());
+            let next = loaded
+                .with_appended(Vec::new(), Vec::new(), at)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let revision = store.save(&next).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(revision, head.revision().next(), "{what}");
+            let predicted = predicted
+                .with_appended(Vec::new(), Vec::new(), at)
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+                .with_revision(revision);
+            tally("compaction");
+            kept.push(predicted, EntryKind::Compaction);
+        }
+        Op::Restore { slot, handle, pick } => {
+            let id = &ids[*slot];
+            let store = subject.handle(*handle);
+            let Some(kept) = model.get_mut(id) else {
+                expect_kind(
+                    store.restore(id, Revision::from_u64(1)),
+                    ErrorKind::NotFound,
+                    &what,
+                );
+                return;
+            };
+            // One past the head (refused) in every fifth pick or so.
+            let count = kept.states.len() + 1;
+            let k = pick % count;
+            if k == kept.states.len() {
+                let beyond = kept.head().revision().next();
+                let err = store.restore(id, beyond).expect_err(&what);
+                assert!(
+                    matches!(err, Error::RevisionNotFound { .. }),
+                    "{what}: {err:?}"
+                );
+                tally("restore refused");
+                return;
+            }
+            let past = kept.states[k].0.clone();
+            let head = kept.head().clone();
+            let revision = store
+                .restore(id, past.revision())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(revision, head.revision().next(), "{what}");
+            let loaded = store.load(id).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut predicted = head.clone();
+            predicted
+                .restore_from(&past)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let predicted = stamped_like(predicted, &loaded, &what).with_revision(revision);
+            assert_unchanged(&predicted, &loaded, &what);
+            assert_eq!(loaded.usage(), head.usage(), "{what}: usage kept");
+            tally(if past.revision() < head.revision() {
+                "restore of an earlier revision"
+            } else {
+                "restore of the head"
+            });
+            kept.push(predicted, EntryKind::Restore);
+        }
+        Op::Trim { slot, handle, pick } => {
+            let id = &ids[*slot];
+            let store = subject.handle(*handle);
+            let Some(kept) = model.get_mut(id) else {
+                expect_kind(
+                    store.trim_history(id, Revision::from_u64(1)),
+                    ErrorKind::NotFound,
+                    &what,
+                );
+                return;
+            };
+            let k = pick % (kept.states.len() + 1);
+            if k == kept.states.len() {
+                let beyond = kept.head().revision().next();
+                let err = store.trim_history(id, beyond).expect_err(&what);
+                assert!(
+                    matches!(err, Error::RevisionNotFound { .. }),
+                    "{what}: {err:?}"
+                );
+                tally("trim refused");
+                return;
+            }
+            let oldest = kept.states[k].0.revision();
+            let dropped = store
+                .trim_history(id, oldest)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(dropped, k as u64, "{what}: revisions dropped");
+            kept.states.drain(..k);
+            kept.states[0].1 = EntryKind::Checkpoint;
+            tally(if k > 0 { "trim" } else { "trim of nothing" });
+        }
+        Op::Fork { from, to, handle } => {
+            let (parent, target) = (&ids[*from], &ids[*to]);
+            let store = subject.handle(*handle);
+            let result = store.fork(parent, ForkAt::End, target.clone());
+            match (model.get(parent), model.contains_key(target)) {
+                (None, _) => expect_kind(result, ErrorKind::NotFound, &what),
+                (Some(_), _) if parent == target => {
+                    expect_kind(result, ErrorKind::InvalidInput, &what);
+                }
+                (Some(_), true) => expect_kind(result, ErrorKind::Conflict, &what),
+                (Some(kept), false) => {
+                    let fork = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let head = kept.head();
+                    assert_eq!(fork.revision(), Revision::from_u64(1), "{what}");
+                    assert_unchanged(
+                        &SessionSnapshot::from_json(&fork.to_json().expect("encode"))
+                            .expect("decode"),
+                        &fork,
+                        &what,
+                    );
+                    assert_eq!(fork.transcript(), head.transcript(), "{what}");
+                    assert!(
+                        fork.usage().is_empty(),
+                        "{what}: a fork's usage starts empty"
+                    );
+                    let lineage = fork.lineage().expect("a fork has a lineage");
+                    assert_eq!(
+                        (&lineage.parent, lineage.parent_revision, lineage.fork_point),
+                        (parent, head.revision(), head.transcript().len()),
+                        "{what}"
+                    );
+                    tally("fork");
+                    model.insert(target.clone(), Kept::new(fork));
+                }
             }
         }
         Op::Delete { slot, handle } => {
             let id = &ids[*slot];
             let result = subject.handle(*handle).delete(id);
+            // A parent's forks stay in the model: they must stay loadable.
             if model.remove(id).is_some() {
+                let is_parent = model.values().any(|kept| {
+                    kept.states
+                        .iter()
+                        .any(|(s, _)| s.lineage().is_some_and(|l| &l.parent == id))
+                });
+                tally(if is_parent {
+                    "delete of a parent"
+                } else {
+                    "delete"
+                });
                 result.unwrap_or_else(|e| panic!("{what}: {e}"));
             } else {
                 expect_kind(result, ErrorKind::NotFound, &what);
+            }
+        }
+        Op::Prune { keep, handle } => {
+            let report = subject
+                .handle(*handle)
+                .prune(&PrunePolicy::new().max_count(*keep))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let listing = expected_listing(model);
+            let mut expected: Vec<SessionId> =
+                listing.iter().skip(*keep).map(|s| s.id.clone()).collect();
+            let mut pruned: Vec<SessionId> =
+                report.pruned.iter().map(|p| p.summary.id.clone()).collect();
+            expected.sort();
+            pruned.sort();
+            assert_eq!(pruned, expected, "{what}: {report:?}");
+            assert!(report.skipped.is_empty(), "{what}: {report:?}");
+            for id in &expected {
+                tally("pruned");
+                model.remove(id);
             }
         }
         Op::List { handle } => {
@@ -805,9 +1267,17 @@ fn check_against_model(mut subject: Subject, store_dir: &Path, ids: &[SessionId]
     for op in ops {
         step(&mut subject, store_dir, &mut model, ids, op);
     }
-    // Whatever happened, the store ends holding exactly the model.
+    // Whatever happened, the store ends holding exactly the model, every revision of it.
     let listing = subject.handle(0).list().expect("a final listing");
     assert_eq!(listing.sessions, expected_listing(&model), "final listing");
+    for (id, kept) in &model {
+        check_history(
+            subject.handle(1),
+            id,
+            kept,
+            &format!("{}: at the end", subject.name()),
+        );
+    }
 }
 
 fn id_slots() -> impl Strategy<Value = Vec<SessionId>> {
@@ -828,52 +1298,177 @@ fn random_operation_sequences_match_an_in_memory_model() {
             Ok(())
         })
         .expect("every operation sequence matches the model");
+    let outcomes = OUTCOMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    eprintln!("model operations that changed or checked a store (memory and file): {outcomes:?}");
+    for needed in [
+        "turn",
+        "edit",
+        "rewind",
+        "rewind refused",
+        "compaction",
+        "restore of an earlier revision",
+        "restore refused",
+        "fork",
+        "pruned",
+        "load checking every revision",
+    ] {
+        assert!(
+            outcomes.get(needed).copied().unwrap_or(0) > 0,
+            "no {needed} in the generated sequences: {outcomes:?}"
+        );
+    }
 }
 
-/// A broken store for the negative control: it saves over whatever is stored, ignoring the
-/// revision the snapshot was based on (no compare-and-swap), so stale saves are lost updates.
+/// A fixed sequence that forks a session after rewinds, a compaction and a restore of an
+/// earlier revision, deletes the parent (and prunes), and checks the fork and every kept
+/// revision against the model: what the random sequences reach only now and then.
+#[test]
+fn a_fork_outlives_its_deleted_parent_and_its_history_in_a_fixed_sequence() {
+    let turn = |text: &str| TurnSpec {
+        prompt: Some((Role::User, vec![ContentBlock::text(text)], Map::new())),
+        reply: vec![ContentBlock::text(format!("re: {text}"))],
+        reply_extra: Map::new(),
+        calls: Vec::new(),
+        results_in_one_message: false,
+    };
+    let at = DateTime::from_timestamp(1_700_000_000, 0).expect("a valid timestamp");
+    let spec = SessionSpec {
+        model: "m".to_owned(),
+        system_prompt: None,
+        max_turns: 8,
+        metadata: Map::new(),
+        turns: vec![turn("one"), turn("two"), turn("three")],
+        usage: vec![Usage::new("m").with_tokens(1, 1)],
+        created_at: at,
+        updated_at: at,
+    };
+    let ids: Vec<SessionId> = ["parent", "fork", "other"]
+        .iter()
+        .map(|s| SessionId::parse(s).expect("id"))
+        .collect();
+    let ops = vec![
+        Op::Save {
+            slot: 0,
+            handle: 0,
+            basis: Basis::Current,
+            spec: Box::new(spec),
+        },
+        Op::Turn {
+            slot: 0,
+            handle: 1,
+            text: "four".to_owned(),
+        },
+        Op::Rewind {
+            slot: 0,
+            handle: 0,
+            turns: 2,
+        },
+        Op::Compact {
+            slot: 0,
+            handle: 1,
+            keep: 1,
+        },
+        Op::Reopen,
+        Op::Restore {
+            slot: 0,
+            handle: 0,
+            pick: 1,
+        },
+        Op::Load { slot: 0, handle: 1 },
+        Op::Fork {
+            from: 0,
+            to: 1,
+            handle: 0,
+        },
+        Op::Turn {
+            slot: 1,
+            handle: 1,
+            text: "fork".to_owned(),
+        },
+        Op::Rewind {
+            slot: 0,
+            handle: 1,
+            turns: 1,
+        },
+        Op::Delete { slot: 0, handle: 0 },
+        Op::Load { slot: 1, handle: 0 },
+        Op::Reopen,
+        Op::Load { slot: 1, handle: 1 },
+        Op::Fork {
+            from: 1,
+            to: 2,
+            handle: 0,
+        },
+        Op::Prune { keep: 1, handle: 1 },
+        Op::List { handle: 0 },
+    ];
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store_dir = dir.path().join("sessions");
+    check_against_model(
+        Subject::Memory(MemorySessionStore::new()),
+        &store_dir,
+        &ids,
+        &ops,
+    );
+    check_against_model(Subject::files(&store_dir), &store_dir, &ids, &ops);
+}
+
+/// A broken store for the negative control: it keeps history as the memory store does,
+/// but saves over whatever is stored, ignoring the revision the snapshot was based on (no
+/// compare-and-swap), so stale saves are lost updates.
 #[derive(Default)]
-struct Overwriting(std::sync::Mutex<BTreeMap<SessionId, SessionSnapshot>>);
+struct Overwriting(MemorySessionStore);
 
 impl SessionStore for Overwriting {
     fn save(&self, snapshot: &SessionSnapshot) -> agent_session::Result<Revision> {
-        let mut sessions = self.0.lock().expect("lock");
-        let stored = sessions
-            .get(snapshot.id())
-            .map_or(Revision::NEW, SessionSnapshot::revision);
-        let revision = stored.next();
-        sessions.insert(
-            snapshot.id().clone(),
-            snapshot.clone().with_revision(revision),
-        );
-        Ok(revision)
+        match self.0.save(snapshot) {
+            Err(Error::Conflict { found, .. }) => self.0.save(
+                &snapshot
+                    .clone()
+                    .with_revision(found.unwrap_or(Revision::NEW)),
+            ),
+            other => other,
+        }
     }
-
     fn load(&self, id: &SessionId) -> agent_session::Result<SessionSnapshot> {
-        let sessions = self.0.lock().expect("lock");
-        sessions
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::NotFound { id: id.clone() })
+        self.0.load(id)
     }
-
     fn list(&self) -> agent_session::Result<agent_session::SessionList> {
-        let sessions = self.0.lock().expect("lock");
-        let summaries = sessions.values().map(SessionSummary::of).collect();
-        Ok(agent_session::SessionList::new(summaries, Vec::new()))
+        self.0.list()
     }
-
     fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
-        let mut sessions = self.0.lock().expect("lock");
-        sessions
-            .remove(id)
-            .map(drop)
-            .ok_or_else(|| Error::NotFound { id: id.clone() })
+        self.0.delete(id)
+    }
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> agent_session::Result<()> {
+        self.0.delete_if_unchanged(listed)
+    }
+    fn load_at(
+        &self,
+        id: &SessionId,
+        revision: Revision,
+    ) -> agent_session::Result<SessionSnapshot> {
+        self.0.load_at(id, revision)
+    }
+    fn revisions(&self, id: &SessionId) -> agent_session::Result<Vec<agent_session::RevisionInfo>> {
+        self.0.revisions(id)
+    }
+    fn history(&self, id: &SessionId) -> agent_session::Result<agent_session::History> {
+        self.0.history(id)
+    }
+    fn restore(&self, id: &SessionId, revision: Revision) -> agent_session::Result<Revision> {
+        self.0.restore(id, revision)
+    }
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> agent_session::Result<u64> {
+        self.0.trim_history(id, oldest)
     }
 }
 
-#[test]
-fn the_model_check_catches_a_store_without_compare_and_swap() {
+/// Runs 200 random sequences against the store `make` returns, and returns the failure
+/// the model check reported (panicking if it found none).
+fn model_check_failure(make: impl Fn() -> Box<dyn SessionStore>, what: &str) -> String {
     let ops = prop::collection::vec(op(), 1..40);
     let mut runner = TestRunner::new(Config {
         cases: 200,
@@ -882,13 +1477,133 @@ fn the_model_check_catches_a_store_without_compare_and_swap() {
         ..Config::default()
     });
     let outcome = runner.run(&(id_slots(), ops), |(ids, ops)| {
-        let subject = Subject::Other(Box::new(Overwriting::default()));
+        let subject = Subject::Other(make());
         check_against_model(subject, Path::new("/nonexistent"), &ids, &ops);
         Ok(())
     });
     let Err(failure) = outcome else {
-        panic!("200 random sequences against a store without compare-and-swap found nothing")
+        panic!("200 random sequences against {what} found nothing")
     };
-    let failure = failure.to_string();
-    assert!(failure.contains("expected a conflict"), "{failure}");
+    failure.to_string()
+}
+
+#[test]
+fn the_model_check_catches_a_store_without_compare_and_swap() {
+    let failure = model_check_failure(
+        || Box::new(Overwriting::default()),
+        "a store without compare-and-swap",
+    );
+    // Caught as a save that should have conflicted, or (whichever sequence proptest
+    // finds first) as a fork onto a taken id that should have (`expected a Conflict
+    // error`): both are the missing compare-and-swap.
+    assert!(
+        failure.to_lowercase().contains("expected a conflict"),
+        "{failure}"
+    );
+}
+
+/// A wrapper of the memory store that gets its history wrong in one way.
+struct BrokenHistory {
+    inner: MemorySessionStore,
+    fault: HistoryFault,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum HistoryFault {
+    /// `load_at` of any revision but the head's is not found (a store that keeps only the
+    /// head, but says its revisions are kept).
+    DropsRevisions,
+    /// `revisions` lists the two newest revisions in the wrong order.
+    MisordersEntries,
+    /// `load_at` gives the revision before the one asked for (entries applied one short).
+    OneBehind,
+}
+
+impl SessionStore for BrokenHistory {
+    fn save(&self, snapshot: &SessionSnapshot) -> agent_session::Result<Revision> {
+        self.inner.save(snapshot)
+    }
+    fn load(&self, id: &SessionId) -> agent_session::Result<SessionSnapshot> {
+        self.inner.load(id)
+    }
+    fn list(&self) -> agent_session::Result<agent_session::SessionList> {
+        self.inner.list()
+    }
+    fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
+        self.inner.delete(id)
+    }
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> agent_session::Result<()> {
+        self.inner.delete_if_unchanged(listed)
+    }
+    fn load_at(
+        &self,
+        id: &SessionId,
+        revision: Revision,
+    ) -> agent_session::Result<SessionSnapshot> {
+        let head = self.inner.load(id)?;
+        match self.fault {
+            HistoryFault::DropsRevisions if revision != head.revision() => {
+                Err(Error::RevisionNotFound {
+                    id: id.clone(),
+                    revision,
+                    oldest: head.revision(),
+                    newest: head.revision(),
+                })
+            }
+            HistoryFault::OneBehind
+                if revision > Revision::from_u64(1) && revision <= head.revision() =>
+            {
+                self.inner
+                    .load_at(id, Revision::from_u64(revision.as_u64() - 1))
+                    .or_else(|_| self.inner.load_at(id, revision))
+            }
+            _ => self.inner.load_at(id, revision),
+        }
+    }
+    fn revisions(&self, id: &SessionId) -> agent_session::Result<Vec<agent_session::RevisionInfo>> {
+        let mut revisions = self.inner.revisions(id)?;
+        if let HistoryFault::MisordersEntries = self.fault {
+            let n = revisions.len();
+            if n > 2 {
+                revisions.swap(n - 1, n - 2);
+            }
+        }
+        Ok(revisions)
+    }
+    fn history(&self, id: &SessionId) -> agent_session::Result<agent_session::History> {
+        self.inner.history(id)
+    }
+    fn restore(&self, id: &SessionId, revision: Revision) -> agent_session::Result<Revision> {
+        self.inner.restore(id, revision)
+    }
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> agent_session::Result<u64> {
+        self.inner.trim_history(id, oldest)
+    }
+}
+
+/// The negative control of the history part of the model: a store that drops earlier
+/// revisions, lists entries out of order, or loads each revision one short, is caught.
+#[test]
+fn the_model_check_catches_a_store_that_drops_or_misorders_history() {
+    for fault in [
+        HistoryFault::DropsRevisions,
+        HistoryFault::MisordersEntries,
+        HistoryFault::OneBehind,
+    ] {
+        let failure = model_check_failure(
+            || {
+                Box::new(BrokenHistory {
+                    inner: MemorySessionStore::new(),
+                    fault,
+                })
+            },
+            &format!("a store with {fault:?}"),
+        );
+        let expected = match fault {
+            HistoryFault::DropsRevisions => "revision",
+            HistoryFault::MisordersEntries => "revisions()",
+            HistoryFault::OneBehind => "the snapshot changed",
+        };
+        assert!(failure.contains(expected), "{fault:?}: {failure}");
+    }
 }

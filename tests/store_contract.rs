@@ -2,9 +2,10 @@
 //! every store the crate ships: `MemorySessionStore`, `FileSessionStore`,
 //! `PostgresSessionStore` (feature `postgres`, against the server in
 //! `AGENT_SESSION_POSTGRES_URL`: run `scripts/test`), and each again behind
-//! `Arc<dyn SessionStore>`; every case must run (the crate's stores archive and skip
-//! unchanged saves). Then the suite's own negative control: a wrapper that forgets to
-//! forward a provided method fails it.
+//! `Arc<dyn SessionStore>`; every case must run (the crate's stores archive, skip
+//! unchanged saves and keep the history). Then the suite's own negative controls: a
+//! wrapper that forgets to forward a provided method fails it, and so does one that drops
+//! or mis-orders the history.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,8 +13,8 @@ use std::sync::Arc;
 
 use agent_session::testing::{self, rich_snapshot};
 use agent_session::{
-    FileSessionStore, ListScope, MemorySessionStore, Result, Revision, SessionId, SessionList,
-    SessionSnapshot, SessionStore, SessionSummary,
+    FileSessionStore, History, ListScope, MemorySessionStore, Result, Revision, RevisionInfo,
+    SessionId, SessionList, SessionSnapshot, SessionStore, SessionSummary,
 };
 
 #[cfg(feature = "postgres")]
@@ -226,7 +227,22 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
     }
     let report = testing::contract(|| Minimal(MemorySessionStore::new()));
     println!("{report}");
-    assert_eq!(report.skipped.len(), 11, "{report}");
+    assert_eq!(report.skipped.len(), 18, "{report}");
+    // Seven of them need a kept history: the required methods alone keep only the head.
+    assert_eq!(
+        report
+            .skipped
+            .iter()
+            .filter(|s| s.needs == testing::HISTORY)
+            .count(),
+        7,
+        "{report}"
+    );
+    report.assert_complete_except(&[
+        testing::ARCHIVING,
+        testing::UNCHANGED_SAVES,
+        testing::HISTORY,
+    ]);
     assert!(report
         .skipped
         .iter()
@@ -235,10 +251,144 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
         .skipped
         .iter()
         .any(|s| s.case == "prune_by_count_keeps_the_newest"));
-    assert_eq!(report.passed.len() + report.skipped.len(), 40, "{report}");
+    assert_eq!(report.passed.len() + report.skipped.len(), 47, "{report}");
     let panicked = panic::catch_unwind(AssertUnwindSafe(|| report.assert_complete()));
     assert!(
         panicked.is_err(),
         "a report with skipped cases is not complete"
     );
+}
+
+/// A wrapper that forwards every method but one of the history's, which it leaves to the
+/// trait's default (made for a store that keeps only the head).
+struct ForgetsOne<S> {
+    inner: S,
+    forgets: &'static str,
+}
+
+impl<S: SessionStore> SessionStore for ForgetsOne<S> {
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        self.inner.save(snapshot)
+    }
+    fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        self.inner.load(id)
+    }
+    fn list(&self) -> Result<SessionList> {
+        self.inner.list()
+    }
+    fn delete(&self, id: &SessionId) -> Result<()> {
+        self.inner.delete(id)
+    }
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        self.inner.list_scoped(scope)
+    }
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        self.inner.set_archived(id, archived)
+    }
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+        self.inner.delete_if_unchanged(listed)
+    }
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        if self.forgets == "load_at" {
+            let head = self.inner.load(id)?;
+            if head.revision() == revision {
+                return Ok(head);
+            }
+            return Err(agent_session::Error::RevisionNotFound {
+                id: id.clone(),
+                revision,
+                oldest: head.revision(),
+                newest: head.revision(),
+            });
+        }
+        self.inner.load_at(id, revision)
+    }
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        let mut revisions = self.inner.revisions(id)?;
+        if self.forgets == "order" {
+            // Mis-ordered: the two newest revisions swapped.
+            let n = revisions.len();
+            if n > 2 {
+                revisions.swap(n - 1, n - 2);
+            }
+        }
+        Ok(revisions)
+    }
+    fn history(&self, id: &SessionId) -> Result<History> {
+        if self.forgets == "history" {
+            // Only the view, as the trait's default gives it.
+            let mut history = self.inner.history(id)?;
+            history.messages.retain(|m| m.standing.is_in_view());
+            return Ok(history);
+        }
+        self.inner.history(id)
+    }
+    fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        self.inner.restore(id, revision)
+    }
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        if self.forgets == "trim_history" {
+            // What a head-only store answers: nothing before the head to drop.
+            let head = self.inner.load(id)?;
+            return if oldest == head.revision() {
+                Ok(0)
+            } else {
+                Err(agent_session::Error::RevisionNotFound {
+                    id: id.clone(),
+                    revision: oldest,
+                    oldest: head.revision(),
+                    newest: head.revision(),
+                })
+            };
+        }
+        self.inner.trim_history(id, oldest)
+    }
+}
+
+/// The negative control of the history cases: a wrapper that keeps only the head for
+/// `load_at`, drops the messages out of the view from `history`, lists revisions out of
+/// order, or leaves `trim_history` to the head-only default fails the contract, naming
+/// the case that caught it.
+#[test]
+fn the_contract_catches_a_store_that_drops_or_misorders_history() {
+    for (forgets, case) in [
+        (
+            "load_at",
+            "every_revision_loads_as_saved_and_is_listed_with_its_kind",
+        ),
+        (
+            "history",
+            "history_tells_where_each_message_stands_and_restore_brings_them_back",
+        ),
+        (
+            "order",
+            "every_revision_loads_as_saved_and_is_listed_with_its_kind",
+        ),
+        (
+            "trim_history",
+            "trim_history_drops_the_earlier_revisions_and_keeps_the_later_ones",
+        ),
+    ] {
+        let failure = panic::catch_unwind(AssertUnwindSafe(|| {
+            testing::contract(|| ForgetsOne {
+                inner: MemorySessionStore::new(),
+                forgets,
+            })
+        }))
+        .expect_err("the broken wrapper fails the contract");
+        let message = failure
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("store contract case `{case}` failed")),
+            "{forgets}: {message}"
+        );
+    }
+    // Forwarding everything, the same wrapper passes.
+    testing::contract(|| ForgetsOne {
+        inner: MemorySessionStore::new(),
+        forgets: "nothing",
+    })
+    .assert_complete();
 }

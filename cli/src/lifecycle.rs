@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agent_session::{
     Bundle, Error, ForkAt, ImportIds, Message, PrunePolicy, RewindTo, SessionId, SessionStore,
-    SessionStoreExt,
+    SessionStoreExt, TrimmedHistory,
 };
 
 use crate::display::{escape_controls, Keep};
@@ -19,7 +19,8 @@ use crate::{chain, display, Failure};
 
 /// Shown in the help of `sessions prune`.
 pub const PRUNE_HELP: &str = "\
-Limits (at least one is needed; a prune with none would delete nothing):
+Limits (at least one, of these or the history limits below; with none a prune would
+delete nothing):
   --max-age DURATION  a number and a unit: s, m, h or d (45s, 90m, 12h, 30d)
   --max-count N       keeps the N most recently updated sessions
   --max-bytes SIZE    bytes on disk (snapshot + journal; in PostgreSQL, the row's
@@ -27,15 +28,28 @@ Limits (at least one is needed; a prune with none would delete nothing):
                       K, M or G, binary multiples: 1K = 1024 bytes, 1M = 1024K,
                       1G = 1024M (500, 10K, 20M, 1G)
 
+History limits, for the sessions that stay (every save is a revision a session keeps):
+  --keep-revisions N          keeps each session's N newest revisions, the head
+                              included (at least 1: the head always stays)
+  --history-max-age DURATION  drops the revisions saved longer ago than DURATION
+                              (same units as --max-age); the head stays, however old
+
 Count and size keep the most recently updated sessions. Archived sessions count like the
 others unless --archived-only is given. A session saved while the prune runs is kept
 (reported on stderr). Forks never depend on their parent: deleting a parent leaves its
 forks whole.
 
+A dropped revision is gone for good: `sessions show ID --at REV` and `sessions restore ID
+REV` no longer find it, and the messages only it held (rewound, compacted away or
+replaced before the oldest revision kept) go with it. Every revision kept loads as
+before, and so do forks of the session. --dry-run lists what would be dropped.
+
 Examples:
-  agent-session sessions prune --max-age 30d --dry-run    what would go, nothing deleted
-  agent-session sessions prune --max-count 100            keep the 100 newest
-  agent-session sessions prune --archived-only --max-age 7d";
+  agent-session sessions prune --max-age 30d --dry-run        what would go, nothing deleted
+  agent-session sessions prune --max-count 100                keep the 100 newest
+  agent-session sessions prune --archived-only --max-age 7d
+  agent-session sessions prune --keep-revisions 50 --dry-run  what history would be dropped
+  agent-session sessions prune --max-age 90d --history-max-age 30d";
 
 /// Shown in the help of `sessions fork`.
 pub const FORK_HELP: &str = "\
@@ -78,6 +92,18 @@ pub fn parse_turns(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `--keep-revisions`: a whole number of revisions, at least 1 (the head always stays).
+pub fn parse_keep_revisions(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err(
+            "a session always keeps its head revision, so 0 cannot be kept: use 1 to keep only the head"
+                .to_owned(),
+        ),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{text:?} is not a number of revisions")),
+    }
+}
+
 /// `--at`: `message:N`, `turn:N` or `end`.
 pub fn parse_fork_at(text: &str) -> Result<ForkAt, String> {
     text.parse::<ForkAt>().map_err(|e| match e {
@@ -94,7 +120,7 @@ pub fn rewind_to(turns: Option<usize>, to_message: Option<usize>) -> RewindTo {
     }
 }
 
-/// `--max-age`: a whole number and a unit, `s`, `m`, `h` or `d`.
+/// `--max-age` and `--history-max-age`: a whole number and a unit, `s`, `m`, `h` or `d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let invalid = || {
         format!("{text:?} is not a duration: use a number and a unit, s, m, h or d (45s, 90m, 12h, 30d)")
@@ -205,6 +231,11 @@ pub fn rewind_summary(dropped: &[Message], kept: usize) -> String {
 
 /// `1 message`, `2 messages`.
 fn counted(n: usize, noun: &str) -> String {
+    counted_u64(n as u64, noun)
+}
+
+/// [`counted`] for a `u64`.
+fn counted_u64(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
@@ -295,9 +326,10 @@ pub fn set_archived(
     Ok(())
 }
 
-/// `sessions prune`: one line per session deleted (or that would be), then a total. A
-/// session saved meanwhile is kept and named on stderr; a session that could not be
-/// deleted makes the command fail once the rest is done.
+/// `sessions prune`: one line per session deleted (or that would be), one per session
+/// whose history was trimmed (or would be), then a total. A session saved meanwhile is
+/// kept and named on stderr; a session that could not be deleted or trimmed makes the
+/// command fail once the rest is done.
 pub fn prune(store: Option<&Store>, at: &StoreAt, policy: &PrunePolicy) -> Result<(), Failure> {
     let Some(store) = store else {
         println!("no saved sessions in {}: nothing to prune", at.shown());
@@ -318,15 +350,28 @@ pub fn prune(store: Option<&Store>, at: &StoreAt, policy: &PrunePolicy) -> Resul
             pruned.summary.updated_at.format("%Y-%m-%d %H:%M:%S UTC"),
         );
     }
+    for trimmed in &report.trimmed {
+        println!("{}", trimmed_line(trimmed, report.dry_run));
+    }
+    // The report does not say which step an error came from: with history limits, it
+    // may be the deletion of one session or the trim of another.
+    let trimming = policy.history.is_some();
+    let could_not = if trimming { "delete or trim" } else { "delete" };
     let mut failed = 0usize;
     for e in &report.skipped {
         if let Error::Changed { id, change } = e {
             eprintln!("kept {id}: {change} while the prune ran");
+        } else if let Error::RevisionNotFound { id, .. } = e {
+            // Another process trimmed or replaced the session between the two steps.
+            eprintln!(
+                "not trimmed {id}: its history changed while the prune ran ({})",
+                chain(e)
+            );
         } else if e.is_not_found() {
             eprintln!("already gone: {}", chain(e));
         } else {
             failed += 1;
-            eprintln!("could not delete: {}", chain(e));
+            eprintln!("could not {could_not}: {}", chain(e));
         }
     }
     for e in &report.unreadable {
@@ -340,23 +385,86 @@ pub fn prune(store: Option<&Store>, at: &StoreAt, policy: &PrunePolicy) -> Resul
         );
     }
     let count = report.pruned.len();
+    let trimmed = report.trimmed.len();
+    let dropped = report
+        .trimmed
+        .iter()
+        .fold(0u64, |total, t| total.saturating_add(t.dropped));
     if report.dry_run {
-        println!(
-            "would delete {count} session(s), {} bytes; would keep {} (dry run: nothing was deleted)",
+        let mut total = format!(
+            "would delete {count} session(s), {} bytes; would keep {}",
             report.bytes(),
             report.kept
         );
+        if trimming {
+            let _ = write!(
+                total,
+                "; would trim {trimmed} session(s), {} (dry run: nothing was deleted or dropped)",
+                counted_u64(dropped, "revision")
+            );
+        } else {
+            total.push_str(" (dry run: nothing was deleted)");
+        }
+        println!("{total}");
     } else {
-        println!(
+        let mut total = format!(
             "deleted {count} session(s), {} bytes freed; kept {}",
             report.bytes(),
             report.kept
         );
+        if trimming {
+            let _ = write!(
+                total,
+                "; trimmed {trimmed} session(s), {} dropped",
+                counted_u64(dropped, "revision")
+            );
+        }
+        println!("{total}");
     }
     if failed > 0 {
-        return Err(format!("{failed} session(s) could not be deleted (see above)").into());
+        let what = if trimming {
+            "deleted or trimmed"
+        } else {
+            "deleted"
+        };
+        return Err(format!("{failed} session(s) could not be {what} (see above)").into());
     }
     Ok(())
+}
+
+/// The line of `sessions prune` for a session whose history was trimmed (or would be):
+/// `trimmed ID: revisions 1..4 dropped (4 revisions), 5120 -> 2048 bytes`.
+fn trimmed_line(trimmed: &TrimmedHistory, dry_run: bool) -> String {
+    let first = trimmed.oldest_before.as_u64();
+    let last = trimmed.oldest_after.as_u64().saturating_sub(1);
+    let range = if first == last {
+        format!("revision {first}")
+    } else {
+        format!("revisions {first}..{last}")
+    };
+    let count = counted_u64(trimmed.dropped, "revision");
+    let id = &trimmed.id;
+    if dry_run {
+        let mut line = format!("would trim {id}: would drop {range} ({count})");
+        if let Some(bytes) = trimmed.bytes_before {
+            let _ = write!(line, ", {bytes} bytes now");
+        }
+        return line;
+    }
+    let mut line = format!("trimmed {id}: {range} dropped ({count})");
+    match (trimmed.bytes_before, trimmed.bytes_after) {
+        (Some(before), Some(after)) => {
+            let _ = write!(line, ", {before} -> {after} bytes");
+        }
+        (Some(before), None) => {
+            let _ = write!(line, ", {before} bytes before");
+        }
+        (None, Some(after)) => {
+            let _ = write!(line, ", {after} bytes now");
+        }
+        (None, None) => {}
+    }
+    line
 }
 
 /// `sessions export`: the bundle to `output` (a new private file) or to stdout.
@@ -600,5 +708,13 @@ mod tests {
         assert_eq!(rewind_to(None, None), RewindTo::LastTurns(1));
         assert_eq!(rewind_to(Some(3), None), RewindTo::LastTurns(3));
         assert_eq!(rewind_to(None, Some(4)), RewindTo::Message(4));
+    }
+
+    #[test]
+    fn keep_revisions_is_at_least_one_since_the_head_always_stays() {
+        assert_eq!(parse_keep_revisions("1"), Ok(1));
+        assert_eq!(parse_keep_revisions("50"), Ok(50));
+        assert!(parse_keep_revisions("0").is_err_and(|e| e.contains("use 1")));
+        assert!(parse_keep_revisions("-1").is_err_and(|e| e.contains("not a number")));
     }
 }

@@ -11,6 +11,7 @@
 //! agent-session sessions restore <ID> <REV>
 //! agent-session sessions compact <ID> --keep-turns 2
 //! agent-session sessions prune --max-age 30d --dry-run
+//! agent-session sessions prune --keep-revisions 50 --dry-run
 //! agent-session sessions export <ID> -o backup.jsonl
 //! ```
 //!
@@ -54,9 +55,12 @@
 //!
 //! `sessions archive ID` hides a session from `sessions list` and
 //! `--continue` (it still resumes by id; `--archived` and `--all` list it). `sessions prune`
-//! deletes sessions past `--max-age`, beyond `--max-count` or over `--max-bytes` (with
-//! `--dry-run` it only says which). `sessions export ID... -o FILE` writes a private (0600)
-//! bundle that `sessions import FILE` reads into another store, all or nothing.
+//! deletes sessions past `--max-age`, beyond `--max-count` or over `--max-bytes`, and
+//! drops the older revisions of the sessions it keeps beyond `--keep-revisions N` or past
+//! `--history-max-age DURATION` (the head always stays; what only those revisions held
+//! goes with them); with `--dry-run` it only says which. `sessions export ID... -o FILE`
+//! writes a private (0600) bundle that `sessions import FILE` reads into another store,
+//! all or nothing.
 //!
 //! # Engines
 //!
@@ -95,11 +99,11 @@
 //! 130 after Ctrl-C or SIGTERM. `sessions list` exits with 1 when a stored file cannot be
 //! read (a damaged snapshot, say): the readable sessions are still listed on stdout and
 //! each unreadable file is named on stderr. `sessions prune` with no limit is a usage error
-//! (it would delete nothing); sessions it kept because they were saved meanwhile are named
-//! on stderr and do not change its status. A PostgreSQL store that cannot be reached, a
-//! malformed URL, or a schema whose tables were never created (`sessions migrate`) is an
-//! error (1) before the command does anything; `--schema` with a folder store is a usage
-//! error.
+//! (it would delete nothing), and so is `--keep-revisions 0` (the head always stays);
+//! sessions it kept because they were saved meanwhile are named on stderr and do not
+//! change its status. A PostgreSQL store that cannot be reached, a malformed URL, or a
+//! schema whose tables were never created (`sessions migrate`) is an error (1) before the
+//! command does anything; `--schema` with a folder store is a usage error.
 
 mod compaction;
 mod display;
@@ -118,8 +122,8 @@ use std::sync::Arc;
 
 use agent_session::{
     Autosave, BoxError, CompactionPolicy, Completion, CompletionRequest, Engine, Error, ErrorKind,
-    ForkAt, Harness, ListCursor, ListScope, Message, PrunePolicy, Revision, RewindTo, Role,
-    Session, SessionId, SessionList, SessionOptions, SessionPage, StopReason,
+    ForkAt, Harness, HistoryRetention, ListCursor, ListScope, Message, PrunePolicy, Revision,
+    RewindTo, Role, Session, SessionId, SessionList, SessionOptions, SessionPage, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -155,6 +159,7 @@ Examples:
   agent-session sessions archive 0190c3e2-...             hide it from the list (still resumes)
   agent-session sessions list --all                       archived sessions too
   agent-session sessions prune --max-age 30d --dry-run    what pruning would delete
+  agent-session sessions prune --keep-revisions 50        drop all but each session's last 50 revisions
   agent-session sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
   agent-session sessions import s.jsonl                   into this store (--new-ids: renamed)
 
@@ -283,6 +288,32 @@ struct ResumeArgs {
     continue_latest: bool,
 }
 
+/// The limits and options of `sessions prune`.
+#[derive(Args)]
+struct PruneArgs {
+    /// Delete sessions not updated for this long: 45s, 90m, 12h, 30d
+    #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration)]
+    max_age: Option<std::time::Duration>,
+    /// Keep at most N sessions, the most recently updated
+    #[arg(long, value_name = "N")]
+    max_count: Option<usize>,
+    /// Keep at most SIZE bytes of sessions, the most recently updated: 500, 10K, 20M, 1G (1K = 1024)
+    #[arg(long, value_name = "SIZE", value_parser = lifecycle::parse_size)]
+    max_bytes: Option<u64>,
+    /// Keep at most N revisions of each session that stays, the head included (at least 1)
+    #[arg(long, value_name = "N", value_parser = lifecycle::parse_keep_revisions)]
+    keep_revisions: Option<usize>,
+    /// Drop the revisions saved longer ago than this from each session that stays (the head stays): 45s, 90m, 12h, 30d
+    #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration)]
+    history_max_age: Option<std::time::Duration>,
+    /// Apply the limits to archived sessions only; active ones are neither counted, deleted nor trimmed
+    #[arg(long)]
+    archived_only: bool,
+    /// Print what would be deleted and dropped, and change nothing
+    #[arg(long)]
+    dry_run: bool,
+}
+
 #[derive(Subcommand)]
 enum SessionsCommand {
     /// Saved sessions, newest first: id, last update, messages, cost, history marks, title (and a fork's parent)
@@ -375,25 +406,9 @@ enum SessionsCommand {
         /// The session id
         id: String,
     },
-    /// Delete sessions past a maximum age, beyond a maximum count or over a total size
+    /// Delete sessions past a maximum age, beyond a maximum count or over a total size; drop old revisions of the others
     #[command(after_help = lifecycle::PRUNE_HELP)]
-    Prune {
-        /// Delete sessions not updated for this long: 45s, 90m, 12h, 30d
-        #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration)]
-        max_age: Option<std::time::Duration>,
-        /// Keep at most N sessions, the most recently updated
-        #[arg(long, value_name = "N")]
-        max_count: Option<usize>,
-        /// Keep at most SIZE bytes of sessions, the most recently updated: 500, 10K, 20M, 1G (1K = 1024)
-        #[arg(long, value_name = "SIZE", value_parser = lifecycle::parse_size)]
-        max_bytes: Option<u64>,
-        /// Apply the limits to archived sessions only; active ones are neither counted nor deleted
-        #[arg(long)]
-        archived_only: bool,
-        /// Print what would be deleted, and delete nothing
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Prune(PruneArgs),
     /// Write sessions to one bundle file that `sessions import` reads, here or elsewhere
     Export {
         /// The sessions to export
@@ -610,14 +625,8 @@ async fn sessions(
             let (store, id) = existing_session(spec, &id)?;
             lifecycle::set_archived(store.sessions(), &id, false)
         }
-        SessionsCommand::Prune {
-            max_age,
-            max_count,
-            max_bytes,
-            archived_only,
-            dry_run,
-        } => {
-            let policy = prune_policy(max_age, max_count, max_bytes, archived_only, dry_run)?;
+        SessionsCommand::Prune(args) => {
+            let policy = prune_policy(&args)?;
             lifecycle::prune(spec.open_existing()?.as_ref(), &spec.at(), &policy)
         }
         SessionsCommand::Export { ids, output, force } => {
@@ -654,30 +663,35 @@ fn migrate(spec: &StoreSpec) -> Result<(), Failure> {
 }
 
 /// The policy of `sessions prune`; a usage error without a limit.
-fn prune_policy(
-    max_age: Option<std::time::Duration>,
-    max_count: Option<usize>,
-    max_bytes: Option<u64>,
-    archived_only: bool,
-    dry_run: bool,
-) -> Result<PrunePolicy, Failure> {
-    if max_age.is_none() && max_count.is_none() && max_bytes.is_none() {
+fn prune_policy(args: &PruneArgs) -> Result<PrunePolicy, Failure> {
+    let history = args.keep_revisions.is_some() || args.history_max_age.is_some();
+    if args.max_age.is_none() && args.max_count.is_none() && args.max_bytes.is_none() && !history {
         return Err(Failure::Usage(
-            "sessions prune needs a limit: --max-age DURATION, --max-count N or --max-bytes SIZE (with none it would delete nothing)\nsee `agent-session sessions prune --help`"
+            "sessions prune needs a limit: --max-age DURATION, --max-count N, --max-bytes SIZE, --keep-revisions N or --history-max-age DURATION (with none it would delete nothing)\nsee `agent-session sessions prune --help`"
                 .to_owned(),
         ));
     }
-    let mut policy = PrunePolicy::new().dry_run(dry_run);
-    if let Some(age) = max_age {
+    let mut policy = PrunePolicy::new().dry_run(args.dry_run);
+    if let Some(age) = args.max_age {
         policy = policy.max_age(age);
     }
-    if let Some(count) = max_count {
+    if let Some(count) = args.max_count {
         policy = policy.max_count(count);
     }
-    if let Some(bytes) = max_bytes {
+    if let Some(bytes) = args.max_bytes {
         policy = policy.max_total_bytes(bytes);
     }
-    if archived_only {
+    if history {
+        let mut retention = HistoryRetention::new();
+        if let Some(count) = args.keep_revisions {
+            retention = retention.max_revisions(count);
+        }
+        if let Some(age) = args.history_max_age {
+            retention = retention.max_age(age);
+        }
+        policy = policy.history(retention);
+    }
+    if args.archived_only {
         policy = policy.archived_only();
     }
     Ok(policy)

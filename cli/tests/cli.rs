@@ -1985,6 +1985,233 @@ fn prune_archived_only_spares_active_sessions_and_forks_outlive_their_parent() {
     assert!(ws.listed(&["--archived"]).is_empty());
 }
 
+/// The revisions the store keeps of session `id`, oldest first.
+fn kept_revisions(ws: &Workspace, id: &str) -> Vec<u64> {
+    ws.store()
+        .revisions(&SessionId::parse(id).expect("a valid id"))
+        .expect("revisions")
+        .iter()
+        .map(|r| r.revision.as_u64())
+        .collect()
+}
+
+#[test]
+fn prune_keep_revisions_dry_run_changes_nothing_then_drops_all_but_the_newest() {
+    let (ws, id) = workspace_with_two_turns();
+    ws.run(&["sessions", "rewind", &id]).assert_success();
+    let revisions = kept_revisions(&ws, &id);
+    assert_eq!(revisions, (1..=7).collect::<Vec<_>>());
+    let history = ws
+        .run(&["sessions", "history", &id])
+        .assert_success()
+        .stdout;
+    let head = ws.run(&["sessions", "show", &id]).assert_success().stdout;
+    let files = ws.stored_files();
+    let bytes = ws.stored_bytes(&id);
+
+    let dry = ws
+        .run(&["sessions", "prune", "--keep-revisions", "2", "--dry-run"])
+        .assert_success();
+    assert_eq!(
+        dry.stdout,
+        format!(
+            "would trim {id}: would drop revisions 1..5 (5 revisions), {bytes} bytes now\n\
+             would delete 0 session(s), 0 bytes; would keep 1; would trim 1 session(s), 5 revisions (dry run: nothing was deleted or dropped)\n"
+        ),
+        "{dry:#?}"
+    );
+    assert_eq!(ws.stored_files(), files, "a dry run changes nothing");
+    assert_eq!(
+        ws.run(&["sessions", "history", &id])
+            .assert_success()
+            .stdout,
+        history
+    );
+
+    let out = ws
+        .run(&["sessions", "prune", "--keep-revisions", "2"])
+        .assert_success();
+    let after = ws.stored_bytes(&id);
+    assert!(after < bytes, "{after} bytes, {bytes} before");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "trimmed {id}: revisions 1..5 dropped (5 revisions), {bytes} -> {after} bytes\n\
+             deleted 0 session(s), 0 bytes freed; kept 1; trimmed 1 session(s), 5 revisions dropped\n"
+        ),
+        "{out:#?}"
+    );
+    assert_eq!(kept_revisions(&ws, &id), [6, 7]);
+    let listed = ws
+        .run(&["sessions", "history", &id])
+        .assert_success()
+        .stdout;
+    assert!(
+        listed.starts_with(&format!(
+            "session {id}: 2 revisions kept, 6 to 7; the head is revision 7\n"
+        )),
+        "{listed}"
+    );
+    let rows: Vec<u64> = revision_rows(&listed).iter().map(|r| r.0).collect();
+    assert_eq!(rows, [6, 7], "{listed}");
+    // The head, and the revision before it, load as they did.
+    assert_eq!(
+        ws.run(&["sessions", "show", &id]).assert_success().stdout,
+        head
+    );
+    let before_rewind = ws
+        .run(&["sessions", "show", &id, "--at", "6"])
+        .assert_success()
+        .stdout;
+    assert!(before_rewind.contains("calc 2*3"), "{before_rewind}");
+    let out = ws.run(&["sessions", "show", &id, "--at", "5"]);
+    out.assert_failure(
+        1,
+        &[&format!(
+            "error: session {id} has no revision 5: its store keeps revisions 6 to 7"
+        )],
+    );
+    assert!(out.stdout.is_empty(), "{out:#?}");
+
+    // Nothing more to drop: a second prune trims nothing.
+    let files = ws.stored_files();
+    let again = ws
+        .run(&["sessions", "prune", "--keep-revisions", "2"])
+        .assert_success();
+    assert_eq!(
+        again.stdout,
+        "deleted 0 session(s), 0 bytes freed; kept 1; trimmed 0 session(s), 0 revisions dropped\n",
+        "{again:#?}"
+    );
+    assert_eq!(ws.stored_files(), files);
+}
+
+#[test]
+fn prune_history_max_age_drops_only_revisions_older_than_it_and_keeps_the_head() {
+    let (ws, id) = workspace_with_two_turns();
+    ws.run(&["sessions", "rewind", &id]).assert_success();
+    let head = ws.load(&id);
+    let files = ws.stored_files();
+
+    // A cutoff a century ago: every revision is younger.
+    for dry_run in [&["--dry-run"][..], &[]] {
+        let mut args = vec!["sessions", "prune", "--history-max-age", "36500d"];
+        args.extend_from_slice(dry_run);
+        let out = ws.run(&args).assert_success();
+        assert!(!out.stdout.contains(&id), "{out:#?}");
+        assert!(
+            out.stdout.contains("trimmed 0 session(s), 0 revisions")
+                || out.stdout.contains("would trim 0 session(s), 0 revisions"),
+            "{out:#?}"
+        );
+    }
+    assert_eq!(ws.stored_files(), files);
+    assert_eq!(kept_revisions(&ws, &id).len(), 7);
+
+    // Once every revision is older than a second, only the head stays, however old.
+    thread::sleep(Duration::from_millis(1100));
+    let out = ws
+        .run(&["sessions", "prune", "--history-max-age", "1s"])
+        .assert_success();
+    assert!(
+        out.stdout.starts_with(&format!(
+            "trimmed {id}: revisions 1..6 dropped (6 revisions), "
+        )),
+        "{out:#?}"
+    );
+    assert!(
+        out.stdout
+            .contains("trimmed 1 session(s), 6 revisions dropped"),
+        "{out:#?}"
+    );
+    assert_eq!(kept_revisions(&ws, &id), [7]);
+    let history = ws
+        .run(&["sessions", "history", &id])
+        .assert_success()
+        .stdout;
+    assert!(
+        history.starts_with(&format!(
+            "session {id}: 1 revision kept, 7 to 7; the head is revision 7\n"
+        )),
+        "{history}"
+    );
+    let now = ws.load(&id);
+    assert_eq!(now.transcript(), head.transcript());
+    assert_eq!(now.revision(), head.revision());
+}
+
+#[test]
+fn prune_trims_only_the_sessions_it_keeps_and_lists_them_after_the_deleted_ones() {
+    let (ws, old) = workspace_with_two_turns();
+    let new = ws.run(&["run", "calc 3+4"]).assert_success().session_id();
+    ws.run(&["run", "--resume", &new, "calc 5+6"])
+        .assert_success();
+    let (old_bytes, new_revisions) = (ws.stored_bytes(&old), kept_revisions(&ws, &new));
+    let dropped = new_revisions.len() - 1;
+    let head = *new_revisions.last().expect("a head");
+
+    let out = ws
+        .run(&[
+            "sessions",
+            "prune",
+            "--max-count",
+            "1",
+            "--keep-revisions",
+            "1",
+        ])
+        .assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:#?}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "deleted {old}: beyond the maximum count, {old_bytes} bytes"
+        )),
+        "{out:#?}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "trimmed {new}: revisions 1..{} dropped ({dropped} revisions), ",
+            head - 1
+        )),
+        "{out:#?}"
+    );
+    assert_eq!(
+        lines[2],
+        format!(
+            "deleted 1 session(s), {old_bytes} bytes freed; kept 1; trimmed 1 session(s), {dropped} revisions dropped"
+        )
+    );
+    assert_eq!(ws.session_ids(), std::slice::from_ref(&new));
+    assert_eq!(kept_revisions(&ws, &new), [head]);
+}
+
+#[test]
+fn prune_keep_revisions_zero_and_bad_history_limits_are_usage_errors() {
+    let (ws, _, before) = workspace_with_a_session();
+    for (flag, bad, why) in [
+        ("--keep-revisions", "0", "use 1 to keep only the head"),
+        ("--keep-revisions", "-1", "not a number of revisions"),
+        ("--keep-revisions", "two", "not a number of revisions"),
+        ("--history-max-age", "30", "not a duration"),
+        ("--history-max-age", "3 days", "not a duration"),
+    ] {
+        let out = ws.run(&["sessions", "prune", &format!("{flag}={bad}"), "--dry-run"]);
+        out.assert_failure(2, &[&format!("invalid value '{bad}' for '{flag} "), why]);
+        assert!(out.stdout.is_empty(), "{out:#?}");
+    }
+    ws.run(&["sessions", "prune", "--keep-revisions", "0"])
+        .assert_failure(2, &["always keeps its head revision"]);
+    ws.run(&["sessions", "prune"]).assert_failure(
+        2,
+        &[
+            "needs a limit",
+            "--keep-revisions N",
+            "--history-max-age DURATION",
+        ],
+    );
+    assert_eq!(ws.stored_files(), before);
+}
+
 /// A workspace with two sessions (the second a fork of the first), exported together to
 /// `bundle.jsonl`; returns the ids and the bundle's path.
 fn workspace_with_a_bundle() -> (Workspace, String, String, PathBuf) {
@@ -2390,6 +2617,10 @@ fn help_documents_the_lifecycle_commands() {
         "--dry-run",
         "1K = 1024",
         "30d",
+        "--keep-revisions <N>",
+        "--history-max-age <DURATION>",
+        "the head always stays",
+        "sessions prune --keep-revisions 50 --dry-run",
     ] {
         assert!(prune_help.contains(needle), "{needle:?}:\n{prune_help}");
     }

@@ -788,6 +788,155 @@ mod postgres_cli {
         assert_eq!(left, [id("b-new")]);
     }
 
+    /// A fresh schema holding session `trim` with 4 revisions: 1 as saved, 2 and 3 two
+    /// rewinds, 4 a turn on top.
+    fn schema_with_a_long_history(
+        ws: &Workspace,
+        schemas: &Schemas,
+    ) -> (String, PostgresSessionStore) {
+        let (schema, store) = schema_with(schemas, &[snapshot("trim", "long history", 5)]);
+        for args in [
+            &["sessions", "rewind", "trim"][..],
+            &["sessions", "rewind", "trim"],
+            &["run", "--resume", "trim", "hello"],
+        ] {
+            ws.run(&schema, args).assert_success();
+        }
+        assert_eq!(kept_revisions(&store), [1, 2, 3, 4]);
+        (schema, store)
+    }
+
+    /// The revisions `store` keeps of session `trim`, oldest first.
+    fn kept_revisions(store: &PostgresSessionStore) -> Vec<u64> {
+        store
+            .revisions(&id("trim"))
+            .expect("revisions")
+            .iter()
+            .map(|r| r.revision.as_u64())
+            .collect()
+    }
+
+    #[test]
+    fn prune_trims_the_history_of_postgres_sessions_with_a_dry_run_first() {
+        let schemas = Schemas::new();
+        let ws = Workspace::new();
+        let (schema, store) = schema_with_a_long_history(&ws, &schemas);
+        let head = ws
+            .run(&schema, &["sessions", "show", "trim"])
+            .assert_success()
+            .stdout;
+        let bytes = store
+            .stored_bytes(&id("trim"))
+            .expect("stored bytes")
+            .expect("PostgreSQL knows its sizes");
+
+        let dry = ws
+            .run(
+                &schema,
+                &["sessions", "prune", "--keep-revisions", "2", "--dry-run"],
+            )
+            .assert_success();
+        assert_eq!(
+            dry.stdout,
+            format!(
+                "would trim trim: would drop revisions 1..2 (2 revisions), {bytes} bytes now\n\
+                 would delete 0 session(s), 0 bytes; would keep 1; would trim 1 session(s), 2 revisions (dry run: nothing was deleted or dropped)\n"
+            ),
+            "{dry:#?}"
+        );
+        assert_eq!(
+            kept_revisions(&store),
+            [1, 2, 3, 4],
+            "a dry run changes nothing"
+        );
+
+        let out = ws
+            .run(&schema, &["sessions", "prune", "--keep-revisions", "2"])
+            .assert_success();
+        let after = store
+            .stored_bytes(&id("trim"))
+            .expect("stored bytes")
+            .expect("PostgreSQL knows its sizes");
+        assert_eq!(
+            out.stdout,
+            format!(
+                "trimmed trim: revisions 1..2 dropped (2 revisions), {bytes} -> {after} bytes\n\
+                 deleted 0 session(s), 0 bytes freed; kept 1; trimmed 1 session(s), 2 revisions dropped\n"
+            ),
+            "{out:#?}"
+        );
+        assert_eq!(kept_revisions(&store), [3, 4]);
+        let history = ws
+            .run(&schema, &["sessions", "history", "trim"])
+            .assert_success();
+        assert!(
+            history
+                .stdout
+                .starts_with("session trim: 2 revisions kept, 3 to 4; the head is revision 4\n"),
+            "{history:#?}"
+        );
+        // The head is shown as it was, except that the rewinds dropped with their
+        // revisions are no longer in its history.
+        let without_history = |shown: &str| -> String {
+            shown
+                .lines()
+                .filter(|l| !l.starts_with("  history: "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(head.contains("  history: rewound 2 times"), "{head}");
+        let shown = ws
+            .run(&schema, &["sessions", "show", "trim"])
+            .assert_success()
+            .stdout;
+        assert!(!shown.contains("  history: "), "{shown}");
+        assert_eq!(without_history(&shown), without_history(&head));
+        ws.run(&schema, &["sessions", "show", "trim", "--at", "1"])
+            .assert_failure(
+                1,
+                &["session trim has no revision 1: its store keeps revisions 3 to 4"],
+            );
+    }
+
+    #[test]
+    fn prune_history_max_age_keeps_younger_revisions_and_the_head_of_a_postgres_session() {
+        let schemas = Schemas::new();
+        let ws = Workspace::new();
+        let (schema, store) = schema_with_a_long_history(&ws, &schemas);
+        let head_before = store.load(&id("trim")).expect("load");
+
+        // A cutoff a century ago drops nothing; once all are older than a second, only
+        // the head stays.
+        let out = ws
+            .run(
+                &schema,
+                &["sessions", "prune", "--history-max-age", "36500d"],
+            )
+            .assert_success();
+        assert!(
+            out.stdout
+                .contains("trimmed 0 session(s), 0 revisions dropped"),
+            "{out:#?}"
+        );
+        assert_eq!(kept_revisions(&store), [1, 2, 3, 4]);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let out = ws
+            .run(&schema, &["sessions", "prune", "--history-max-age", "1s"])
+            .assert_success();
+        assert!(
+            out.stdout
+                .starts_with("trimmed trim: revisions 1..3 dropped (3 revisions), "),
+            "{out:#?}"
+        );
+        assert_eq!(kept_revisions(&store), [4]);
+        let head_now = store.load(&id("trim")).expect("load");
+        assert_eq!(head_now.revision(), head_before.revision());
+        assert_eq!(head_now.transcript(), head_before.transcript());
+
+        ws.run(&schema, &["sessions", "prune", "--keep-revisions", "0"])
+            .assert_failure(2, &["use 1 to keep only the head"]);
+    }
+
     #[test]
     fn export_from_postgres_import_into_a_folder_and_back_into_postgres() {
         let schemas = Schemas::new();

@@ -12,9 +12,9 @@ use std::path::{Component, Path};
 use std::time::{Duration, SystemTime};
 
 use agent_session::{
-    ContentBlock, Durability, Error, ErrorKind, FileSessionStore, Location, Message, Revision,
-    SessionId, SessionSnapshot, SessionStore, SessionSummary, ToolCall, ToolResult, Usage,
-    MAX_ID_LEN,
+    Compaction, ContentBlock, Durability, EntryKind, Error, ErrorKind, FileSessionStore, Location,
+    LogEntry, Message, Revision, RewindTo, SessionId, SessionLog, SessionSnapshot, SessionStore,
+    SessionSummary, ToolCall, ToolResult, Usage, MAX_ID_LEN,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("parse_id", parse_id),
     ("provider_messages", provider_messages),
     ("journal_reader", journal_reader),
+    ("log_entry", log_entry),
 ];
 
 /// An open bug the fuzz targets step over: `(target, hits(input), description)`.
@@ -439,6 +440,10 @@ pub const MAX_JOURNAL_TURNS: usize = 8;
 const JOURNAL_EPOCH: i64 = 1_735_689_600;
 /// `@`, 8 hex digits, a space, 8 hex digits, a newline: the start of every journal frame.
 const FRAME_HEADER_LEN: usize = 19;
+/// Where the framed modes of `journal_reader` and `log_entry` split their input into
+/// frame payloads: the ASCII record separator, which compact JSON never holds unescaped,
+/// so a payload of two JSON lines (a log entry's head and body) is one piece.
+pub const PIECE_SEPARATOR: u8 = 0x1e;
 
 /// What one `journal_reader` input did, so the tests can check that the check ran.
 #[derive(Debug, Clone)]
@@ -446,6 +451,9 @@ pub struct JournalOutcome {
     /// Every state the input saved, oldest first: the base, then one per incremental save
     /// (only the base in the raw and framed modes).
     pub saved: Vec<SessionSnapshot>,
+    /// The kind of change each saved state's revision is, as its store must list it
+    /// ([`EntryKind::Checkpoint`] for the base).
+    pub kinds: Vec<EntryKind>,
     /// The journal as the saves left it (empty in the raw and framed modes).
     pub written: Vec<u8>,
     /// The journal the store was then given to read.
@@ -459,21 +467,29 @@ pub struct JournalOutcome {
 /// Byte 0 of the input picks the mode (`& 3`):
 ///
 /// * 0 or 1, **history**: byte 1 (mod 9) is the number `k` of incremental saves made after
-///   a base (each loads or extends the last state with [`SessionSnapshot::with_appended`],
-///   saves it and marks it with [`SessionSnapshot::with_revision`]); bytes 2–3
-///   (little-endian) the cut; byte 4 (mod 4) the tail; byte 5 the length of the turn
-///   contents that follow, split evenly among the `k` turns (a turn's first byte holds its
-///   flags: 1 a tool round, 2 the tool fails, 4 no usage entry, 8 reload from the store
-///   first; the rest is its text). The journal the saves wrote is cut at the cut (mod its
-///   length + 1) and the tail is appended, built from the input's remaining bytes: 0 those
-///   bytes; 1 zeros, 4 × the first byte of them; 2 the bytes after the first, then the
-///   written journal resumed `first` bytes after the cut (an insertion, deletion or
-///   replacement in the middle of the journal); 3 a copy of written frame number `first`
-///   (mod their count), then the bytes after the first.
+///   a base (each changes the last state, saves it and marks it with
+///   [`SessionSnapshot::with_revision`], so each appends one log entry); bytes 2–3
+///   (little-endian) the cut; byte 4 (mod 4) the tail; byte 5 the length of the save
+///   contents that follow, split evenly among the `k` saves. A save's first byte holds its
+///   flags, the rest is its text. Bits 4–6 of the flags pick what the save does
+///   ([`JournalOp`]): 0 and 5–7 a turn ([`SessionSnapshot::with_appended`]), 1 a rewind of
+///   the last turn, 2 a compaction of every turn but the last into a summary, 3 a restore
+///   of saved state number `text length mod saves so far`, 4 an edit (a snapshot built
+///   anew, with metadata, saved over the stored one). The low bits: 1 the turn (or the
+///   summary) has a tool round, 2 its tool fails, 4 no usage entry, 8 reload from the
+///   store first. Every save is stamped at a fixed time, so an input writes the same
+///   journal on every run. The journal the saves wrote is cut at the cut (mod its length
+///   \+ 1) and the tail is appended, built from the input's remaining bytes: 0 those bytes;
+///   1 zeros, 4 × the first byte of them; 2 the bytes after the first, then the written
+///   journal resumed `first` bytes after the cut (an insertion, deletion or replacement in
+///   the middle of the journal); 3 a copy of written frame number `first` (mod their
+///   count), then the bytes after the first.
 /// * 2, **raw**: bytes 1.. are the whole journal beside a base.
-/// * 3, **framed**: bytes 1.. split at newlines; each piece becomes one frame with its
-///   correct length and checksum, except a piece starting with 0xff, which goes in as it is
-///   (without the 0xff). So mutated JSON reaches the header and record decoders.
+/// * 3, **framed**: bytes 1.. split at [`PIECE_SEPARATOR`] (0x1e, not a newline: a log
+///   entry's payload is two lines, its head and its body); each piece becomes one frame
+///   with its correct length and checksum, except a piece starting with 0xff, which goes
+///   in as it is (without the 0xff). So mutated JSON reaches the header, head and body
+///   decoders (and the format-1 record decoder, for a header of journal format 1).
 ///
 /// In the raw and framed modes the base is stored at revision 1, or at 2^64 − 2 if byte 0
 /// has bit 2 set.
@@ -484,12 +500,18 @@ pub struct JournalOutcome {
 /// * if an intact frame follows the first damaged byte anywhere (damage a crash cannot
 ///   leave), a refusal of kind corrupt;
 /// * in the history mode otherwise, exactly the state saved by the last intact frame (the
-///   base if the header is not intact): a torn tail never yields a record that was not
+///   base if the header is not intact): a torn tail never yields an entry that was not
 ///   written, nor drops an intact one. If an intact frame is not the one the saves wrote
-///   there (a duplicated frame), a refusal of kind corrupt;
+///   there (a duplicated frame), a refusal of kind corrupt. Every earlier revision then
+///   loads ([`SessionStore::load_at`]) exactly as it was saved, the next one is
+///   `RevisionNotFound`, [`SessionStore::revisions`] lists each with the kind of its save
+///   and its view's length, and the loaded state's history counts its rewinds,
+///   compactions and restores;
 /// * in the raw and framed modes otherwise, the base if no frame is intact, else the base
-///   (a journal for another base is ignored) or the state after every intact record, or a
-///   refusal of kind corrupt.
+///   (a journal for another base is ignored) or the state after every intact entry, or a
+///   refusal of kind corrupt. An accepted state lists one revision per intact entry, and
+///   each of them loads or is refused as corrupt (an entry's body is decoded only when a
+///   view needs it).
 ///
 /// A refusal may also come from the reader's bound on checksum work (twice the journal's
 /// size, past which it reports damage it could not rule out). Every refusal is of kind
@@ -517,12 +539,13 @@ pub fn journal_reader_outcome(data: &[u8]) -> Result<JournalOutcome, String> {
     let journal_path = dir.path().join(format!("{id}.journal"));
     let store = open_store(dir.path())?;
 
+    let mut kinds = vec![EntryKind::Checkpoint];
     let (saved, written, journal, expect) = if byte(0) & 2 == 0 {
         let turns = usize::from(byte(1)) % (MAX_JOURNAL_TURNS + 1);
         let cut = usize::from(u16::from_le_bytes([byte(2), byte(3)]));
         let body = data.get(6..).unwrap_or_default();
         let (contents, rest) = body.split_at(usize::from(byte(5)).min(body.len()));
-        let saved = save_history(&store, &id, contents, turns)?;
+        let saved = save_history(&store, &id, contents, turns, &mut kinds)?;
         let written = read_or_empty(&journal_path)?;
         let written_scan = scan_frames(&written);
         let whole = written_scan.valid_end == written.len()
@@ -590,10 +613,15 @@ pub fn journal_reader_outcome(data: &[u8]) -> Result<JournalOutcome, String> {
     check_loaded(&loaded, &expect).map_err(|v| format!("{v}\n{context}"))?;
     check_listed(&store, &loaded).map_err(|v| format!("{v}\n{context}"))?;
     if let Ok(snapshot) = &loaded {
+        check_revisions(&store, snapshot, &expect, &saved, &kinds)
+            .map_err(|v| format!("{v}\n{context}"))?;
+    }
+    if let Ok(snapshot) = &loaded {
         check_continued(&store, snapshot, &journal_path).map_err(|v| format!("{v}\n{context}"))?;
     }
     Ok(JournalOutcome {
         saved,
+        kinds,
         written,
         read: journal,
         loaded: loaded.map_err(|e| e.to_string()),
@@ -660,12 +688,128 @@ fn journal_turn(i: usize, flags: u8, text: &str) -> (Vec<Message>, Vec<Usage>) {
     (messages, usage)
 }
 
-/// Saves the base, then `turns` turns one incremental save at a time; every state saved.
+/// What one incremental save of `journal_reader`'s history mode does (bits 4–6 of its
+/// flags; see [`journal_reader`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalOp {
+    /// A turn appended.
+    Turn,
+    /// The last turn rewound (a turn instead when the view holds none).
+    Rewind,
+    /// Every turn but the last replaced by a summary.
+    Compaction,
+    /// An earlier saved state restored.
+    Restore,
+    /// A snapshot built anew (the view, the turn and metadata) saved over the stored one.
+    Edit,
+}
+
+impl JournalOp {
+    /// The operation bits 4–6 of `flags` pick.
+    #[must_use]
+    pub fn of(flags: u8) -> Self {
+        match (flags >> 4) & 7 {
+            1 => JournalOp::Rewind,
+            2 => JournalOp::Compaction,
+            3 => JournalOp::Restore,
+            4 => JournalOp::Edit,
+            _ => JournalOp::Turn,
+        }
+    }
+}
+
+/// The summary of compaction `i`: a user message, and a tool round if `flags & 1`.
+fn journal_summary(i: usize, flags: u8, text: &str) -> Vec<Message> {
+    let mut summary = vec![Message::user(format!("summary {i}: {text}"))];
+    if flags & 1 != 0 {
+        let call = format!("summary_call_{i}");
+        summary.push(Message::assistant(vec![ContentBlock::tool_call(
+            ToolCall::new(call.clone(), "recall", json!({ "summary": i })),
+        )]));
+        summary.push(Message::tool_result(if flags & 2 == 0 {
+            ToolResult::new(call, text)
+        } else {
+            ToolResult::error(call, text)
+        }));
+    }
+    summary
+}
+
+/// `current` after incremental save `i` (flags `flags`, text `text`) has done its
+/// operation, stamped `at`, and the kind of entry its save appends. `saved` are the states
+/// saved so far (a restore goes back to one of them).
+fn journal_step(
+    current: &SessionSnapshot,
+    saved: &[SessionSnapshot],
+    (i, flags, text): (usize, u8, &str),
+    at: DateTime<Utc>,
+) -> Result<(SessionSnapshot, EntryKind), String> {
+    let (messages, usage) = journal_turn(i, flags, text);
+    let refused = |e: Error| format!("save {i} (flags {flags:#x}, text {text:?}) was refused: {e}");
+    let stamped = |s: SessionSnapshot| s.with_appended(Vec::new(), Vec::new(), at).map_err(refused);
+    let turn = || {
+        current
+            .clone()
+            .with_appended(messages.clone(), usage.clone(), at)
+            .map(|s| (s, EntryKind::Turn))
+            .map_err(refused)
+    };
+    match JournalOp::of(flags) {
+        JournalOp::Turn => turn(),
+        JournalOp::Rewind => {
+            let mut next = current.clone();
+            match next.rewind(RewindTo::LastTurns(1)) {
+                Ok(dropped) if dropped > 0 => Ok((stamped(next)?, EntryKind::Rewind)),
+                // A view without a turn: nothing to rewind.
+                _ => turn(),
+            }
+        }
+        JournalOp::Compaction => {
+            let point = current
+                .transcript()
+                .iter()
+                .rposition(Message::is_prompt)
+                .unwrap_or(0);
+            let mut compaction = Compaction::new(point, journal_summary(i, flags, text));
+            if let Some(usage) = usage.first() {
+                compaction = compaction.with_usage(usage.clone());
+            }
+            let mut next = current.clone();
+            next.compact(compaction).map_err(refused)?;
+            Ok((stamped(next)?, EntryKind::Compaction))
+        }
+        JournalOp::Restore => {
+            let past = &saved[text.len() % saved.len()];
+            let mut next = current.clone();
+            next.restore_from(past).map_err(refused)?;
+            Ok((stamped(next)?, EntryKind::Restore))
+        }
+        JournalOp::Edit => {
+            let mut transcript = current.transcript().to_vec();
+            transcript.extend(messages);
+            let mut all_usage = current.usage().to_vec();
+            all_usage.extend(usage);
+            let edited = SessionSnapshot::builder(current.id().clone(), JOURNAL_MODEL)
+                .metadata_entry("edit", json!(i))
+                .transcript(transcript)
+                .usage(all_usage)
+                .timestamps(current.created_at(), at)
+                .build()
+                .map_err(refused)?
+                .with_revision(current.revision());
+            Ok((edited, EntryKind::Edit))
+        }
+    }
+}
+
+/// Saves the base, then `turns` incremental saves (see [`journal_reader`]); every state
+/// saved, and in `kinds` the kind of each save's entry.
 fn save_history(
     store: &FileSessionStore,
     id: &SessionId,
     contents: &[u8],
     turns: usize,
+    kinds: &mut Vec<EntryKind>,
 ) -> Result<Vec<SessionSnapshot>, String> {
     let base = journal_base(id)?;
     let revision = store
@@ -687,40 +831,181 @@ fn save_history(
         let text = String::from_utf8_lossy(chunk.get(1..).unwrap_or_default()).into_owned();
         let last = saved.last().cloned().ok_or("no saved state")?;
         if flags & 8 != 0 {
-            current = store
-                .load(id)
-                .map_err(|e| format!("loading revision {} failed: {e}", last.revision()))?;
-            if current != last {
-                return Err(format!(
-                    "revision {} loaded back different:\nsaved  {last:?}\nloaded {current:?}",
-                    last.revision()
-                ));
-            }
+            current = reload(store, &last)?;
         }
-        let (messages, usage) = journal_turn(i, flags, &text);
-        let next = current
-            .with_appended(messages, usage, at_minute(i + 1)?)
-            .map_err(|e| format!("turn {i} (flags {flags:#x}, text {text:?}) was refused: {e}"))?;
+        let (next, kind) = journal_step(&current, &saved, (i, flags, &text), at_minute(i + 1)?)?;
         let revision = store
             .save(&next)
-            .map_err(|e| format!("saving turn {i} failed: {e}"))?;
+            .map_err(|e| format!("saving {kind} {i} failed: {e}"))?;
         if revision != last.revision().next() {
             return Err(format!(
-                "saving turn {i} after revision {} stored revision {revision}",
+                "saving {kind} {i} after revision {} stored revision {revision}",
                 last.revision()
             ));
         }
         current = next.with_revision(revision);
         saved.push(current.clone());
+        kinds.push(kind);
+        if kind == EntryKind::Edit {
+            // A snapshot built anew knows nothing of the store: the next save would be
+            // another edit. Loaded, it derives from the revision stored.
+            current = reload(store, &current)?;
+        }
     }
     Ok(saved)
 }
 
-/// Each piece of `body` between newlines framed with its length and checksum, except a
-/// piece starting with 0xff, taken as it is (without the 0xff).
+/// Loads the session `last` is the last saved state of, which must be `last`.
+fn reload(store: &FileSessionStore, last: &SessionSnapshot) -> Result<SessionSnapshot, String> {
+    let loaded = store
+        .load(last.id())
+        .map_err(|e| format!("loading revision {} failed: {e}", last.revision()))?;
+    if loaded != *last {
+        return Err(format!(
+            "revision {} loaded back different:\nsaved  {last:?}\nloaded {loaded:?}",
+            last.revision()
+        ));
+    }
+    Ok(loaded)
+}
+
+/// Checks the history of the state that loaded: in the history mode, every revision up to
+/// it loads exactly as saved, the next does not exist, the revisions are listed with the
+/// kind of each save, and the state counts its rewinds, compactions and restores; in the
+/// raw and framed modes, a revision is listed for every entry and each loads or is
+/// refused as corrupt.
+fn check_revisions(
+    store: &FileSessionStore,
+    snapshot: &SessionSnapshot,
+    expect: &Expect,
+    saved: &[SessionSnapshot],
+    kinds: &[EntryKind],
+) -> Result<(), String> {
+    let id = snapshot.id();
+    let revisions = store
+        .revisions(id)
+        .map_err(|e| format!("the session loads but its revisions are refused: {e}"))?;
+    let first = revisions
+        .first()
+        .ok_or("the session loads but lists no revision")?;
+    let last = revisions.last().ok_or("no last revision")?;
+    if last.revision != snapshot.revision() || last.messages != snapshot.transcript().len() {
+        return Err(format!(
+            "the last revision listed is {} with {} messages, but revision {} with {} loads",
+            last.revision,
+            last.messages,
+            snapshot.revision(),
+            snapshot.transcript().len()
+        ));
+    }
+    let counted = |kind: EntryKind| revisions.iter().filter(|r| r.kind == kind).count() as u64;
+    let stats = snapshot.history_stats();
+    if (stats.rewinds, stats.compactions, stats.restores)
+        != (
+            counted(EntryKind::Rewind),
+            counted(EntryKind::Compaction),
+            counted(EntryKind::Restore),
+        )
+        || stats.oldest_revision != first.revision
+    {
+        return Err(format!(
+            "the loaded state's history {stats:?} does not count its revisions {revisions:?}"
+        ));
+    }
+    match expect {
+        Expect::State { .. } => {
+            let expected: Vec<(Revision, EntryKind, usize)> = saved
+                .iter()
+                .zip(kinds)
+                .take_while(|(s, _)| s.revision() <= snapshot.revision())
+                .map(|(s, kind)| (s.revision(), *kind, s.transcript().len()))
+                .collect();
+            let listed: Vec<(Revision, EntryKind, usize)> = revisions
+                .iter()
+                .map(|r| (r.revision, r.kind, r.messages))
+                .collect();
+            if listed != expected {
+                return Err(format!(
+                    "the revisions listed are {listed:?}, not the saves' {expected:?}"
+                ));
+            }
+            for state in saved.iter().filter(|s| s.revision() <= snapshot.revision()) {
+                let at = store
+                    .load_at(id, state.revision())
+                    .map_err(|e| format!("revision {} does not load: {e}", state.revision()))?;
+                if at != *state {
+                    return Err(format!(
+                        "revision {} loads different:\nsaved  {state:?}\nloaded {at:?}",
+                        state.revision()
+                    ));
+                }
+            }
+        }
+        _ => {
+            for info in &revisions {
+                match store.load_at(id, info.revision) {
+                    Ok(at) => {
+                        check_round_trip(&at)?;
+                        if at.transcript().len() != info.messages {
+                            return Err(format!(
+                                "revision {} is listed with {} messages but loads with {}",
+                                info.revision,
+                                info.messages,
+                                at.transcript().len()
+                            ));
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Corrupt => {}
+                    Err(e) => {
+                        return Err(format!(
+                            "revision {} is listed but refused with {e:?}, of kind {:?}",
+                            info.revision,
+                            e.kind()
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    if let Some(next) = snapshot.revision().as_u64().checked_add(1) {
+        match store.load_at(id, Revision::from_u64(next)) {
+            Err(Error::RevisionNotFound { .. }) => {}
+            other => {
+                return Err(format!(
+                    "revision {next}, after the last, loads as {:?}",
+                    other.map(|s| s.revision())
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `snapshot` encodes and decodes back equal.
+fn check_round_trip(snapshot: &SessionSnapshot) -> Result<(), String> {
+    let bytes = snapshot
+        .to_json()
+        .map_err(|e| format!("revision {} does not encode: {e}", snapshot.revision()))?;
+    let decoded = SessionSnapshot::from_json(&bytes).map_err(|e| {
+        format!(
+            "revision {}, encoded, does not decode: {e}",
+            snapshot.revision()
+        )
+    })?;
+    if decoded != *snapshot {
+        return Err(format!(
+            "revision {} changed through encode and decode:\nloaded  {snapshot:?}\ndecoded {decoded:?}",
+            snapshot.revision()
+        ));
+    }
+    Ok(())
+}
+
+/// Each piece of `body` between [`PIECE_SEPARATOR`]s framed with its length and checksum,
+/// except a piece starting with 0xff, taken as it is (without the 0xff).
 fn framed_journal(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    for piece in body.split(|&b| b == b'\n') {
+    for piece in body.split(|&b| b == PIECE_SEPARATOR) {
         match piece.split_first() {
             Some((0xff, raw)) => out.extend_from_slice(raw),
             _ => out.extend_from_slice(&frame(piece)),
@@ -1128,4 +1413,306 @@ fn check_continued(
         ));
     }
     check_listed(store, &Ok(reloaded)).map_err(|v| format!("after one more save, {v}"))
+}
+
+// ----------------------------------------------------------------------------------------
+// log_entry
+
+/// The session of every `log_entry` log.
+pub const LOG_SESSION: &str = "fuzz-log";
+
+/// The checkpoint every `log_entry` log starts from, at revision 1: two turns, the first
+/// with a tool round, two usage entries and metadata (`with_tools` false: one plain turn).
+///
+/// # Errors
+///
+/// If it does not build (a bug of the check).
+pub fn log_checkpoint(with_tools: bool) -> Result<SessionSnapshot, String> {
+    let id = SessionId::parse(LOG_SESSION).map_err(|e| e.to_string())?;
+    let created = at_minute(0)?;
+    let mut transcript = vec![Message::user("first")];
+    if with_tools {
+        transcript.push(Message::assistant(vec![ContentBlock::tool_call(
+            ToolCall::new("c0", "lookup", json!({ "q": "first" })),
+        )]));
+        transcript.push(Message::tool_result(ToolResult::new("c0", "found")));
+    }
+    transcript.push(Message::assistant(vec![ContentBlock::text("one")]));
+    transcript.push(Message::user("second"));
+    transcript.push(Message::assistant(vec![ContentBlock::text("two")]));
+    Ok(SessionSnapshot::builder(id, JOURNAL_MODEL)
+        .metadata_entry("checkpoint", json!(true))
+        .transcript(transcript)
+        .usage(vec![
+            Usage::new(JOURNAL_MODEL).with_tokens(3, 1),
+            Usage::new(JOURNAL_MODEL).with_tokens(5, 2),
+        ])
+        .timestamps(created, created)
+        .build()
+        .map_err(|e| format!("the log checkpoint does not build: {e}"))?
+        .stored_at(Revision::from_u64(1)))
+}
+
+/// The stored form of a log entry whose frame payload is `payload`: a frame with its
+/// correct length and checksum.
+#[must_use]
+pub fn entry_frame(payload: &[u8]) -> Vec<u8> {
+    frame(payload)
+}
+
+/// A log entry's decoder ([`LogEntry::from_bytes`]) and the fold of decoded entries
+/// ([`SessionLog`]) on arbitrary bytes.
+///
+/// Byte 0 of the input picks the mode (`& 3`):
+///
+/// * 0, **entry**: bytes 1.. are an entry's frame payload (its head and body lines),
+///   framed by the check with the right length and checksum, so mutated JSON reaches the
+///   head and body decoders;
+/// * 1, **raw**: bytes 1.. are the entry's whole stored form, frame header included;
+/// * 2 or 3, **log**: bytes 1.. split at [`PIECE_SEPARATOR`] into entries, each framed
+///   as in the entry mode (or taken as they are if they start with 0xff), and each one
+///   decoded is pushed onto a [`SessionLog`] that starts at [`log_checkpoint`] (with a
+///   tool round if bit 2 of byte 0 is clear).
+///
+/// Properties: never a panic. A refused entry is a typed decoding error
+/// ([`Error::Malformed`] of kind corrupt, or [`Error::Inconsistent`] of kind invalid input,
+/// at [`Location::Bytes`], corrupt once located in a file). An accepted entry is not a
+/// checkpoint, restores only an earlier revision, holds as many messages as its head says,
+/// and encodes ([`LogEntry::to_bytes`]) to bytes that decode back to an equal entry and
+/// encode to the same bytes again (an entry the crate wrote re-encodes to exactly its own
+/// bytes: see `tests/fuzz_regressions.rs`). In the log mode, pushing an entry that is not
+/// the next revision is refused as inconsistent; then every revision of the log
+/// ([`SessionLog::at`]), its head, its revisions and its history are worked out or refused
+/// with a typed error (inconsistent, too deep, or for revisions it does not hold
+/// `RevisionNotFound`, of kind not found), and when the head is worked out: it is the
+/// state at the last revision; every state worked out validates (it encodes and decodes
+/// back equal), has the revision asked for and the view length the revisions list for it;
+/// the revisions list one per entry, of its kind, after the checkpoint; the head counts
+/// the rewinds, compactions and restores among them; and the history's view is the
+/// head's transcript.
+///
+/// # Errors
+///
+/// The first property the input breaks.
+pub fn log_entry(data: &[u8]) -> Result<(), String> {
+    let mode = data.first().copied().unwrap_or(0);
+    let body = data.get(1..).unwrap_or_default();
+    match mode & 3 {
+        0 => decode_entry(&frame(body)).map(drop),
+        1 => decode_entry(body).map(drop),
+        _ => {
+            let checkpoint = log_checkpoint(mode & 4 == 0)?;
+            let mut log = SessionLog::new(checkpoint.clone());
+            let mut kinds = vec![EntryKind::Checkpoint];
+            for piece in body.split(|&b| b == PIECE_SEPARATOR) {
+                let bytes = match piece.split_first() {
+                    Some((0xff, raw)) => raw.to_vec(),
+                    _ => frame(piece),
+                };
+                let Some(entry) = decode_entry(&bytes)? else {
+                    continue;
+                };
+                let kind = entry.kind();
+                let follows = entry.revision() == log.revision().next();
+                match log.push(entry) {
+                    Ok(()) if follows => kinds.push(kind),
+                    Err(Error::Inconsistent { .. }) if !follows => {}
+                    other => {
+                        return Err(format!(
+                            "pushing an entry {} the last revision {} gave {other:?}",
+                            if follows {
+                                "right after"
+                            } else {
+                                "not right after"
+                            },
+                            log.revision()
+                        ))
+                    }
+                }
+            }
+            check_log(&log, &kinds)
+        }
+    }
+}
+
+/// Decodes one entry and checks the decoder's properties; the entry if it was accepted.
+fn decode_entry(bytes: &[u8]) -> Result<Option<LogEntry>, String> {
+    let entry = match LogEntry::from_bytes(bytes) {
+        Ok(entry) => entry,
+        Err(err) => return check_decode_error(err).map(|()| None),
+    };
+    if entry.kind() == EntryKind::Checkpoint {
+        return Err(format!(
+            "an entry of kind checkpoint was accepted: {entry:?}"
+        ));
+    }
+    if entry
+        .restored_revision()
+        .is_some_and(|base| base >= entry.revision())
+    {
+        return Err(format!(
+            "an entry of revision {} restoring revision {:?} was accepted",
+            entry.revision(),
+            entry.restored_revision()
+        ));
+    }
+    let id = SessionId::parse(LOG_SESSION).map_err(|e| e.to_string())?;
+    let encoded = match entry.to_bytes(&id) {
+        Ok(encoded) => encoded,
+        // Metadata nested at the reader's limit in the input is one level deeper inside
+        // the entry's own encoding check; nothing unreadable is written.
+        Err(Error::TooDeep { .. }) if nesting_depth(bytes) >= MAX_JSON_DEPTH - 2 => {
+            return Ok(Some(entry))
+        }
+        Err(e) => return Err(format!("an accepted entry does not encode: {e:?}")),
+    };
+    let again = LogEntry::from_bytes(&encoded).map_err(|e| {
+        format!(
+            "an accepted entry, encoded, does not decode: {e}\n{}",
+            String::from_utf8_lossy(&encoded)
+        )
+    })?;
+    if again != entry {
+        return Err(format!(
+            "the entry changed through encode and decode:\nbefore {entry:?}\nafter  {again:?}"
+        ));
+    }
+    let encoded_again = again
+        .to_bytes(&id)
+        .map_err(|e| format!("a re-decoded entry does not encode: {e}"))?;
+    if encoded_again != encoded {
+        return Err(format!(
+            "the entry's encoding is not stable:\nfirst  {}\nsecond {}",
+            String::from_utf8_lossy(&encoded),
+            String::from_utf8_lossy(&encoded_again)
+        ));
+    }
+    Ok(Some(entry))
+}
+
+/// Whether `err` is one a fold of untrusted entries may give.
+fn is_fold_error(err: &Error) -> bool {
+    matches!(err, Error::Inconsistent { .. } | Error::TooDeep { .. })
+        && err.kind() == ErrorKind::InvalidInput
+}
+
+/// Checks the states `log` works out (see [`log_entry`]); `kinds` are the kinds of its
+/// revisions, the checkpoint's first.
+#[allow(clippy::too_many_lines)] // one property after another
+fn check_log(log: &SessionLog, kinds: &[EntryKind]) -> Result<(), String> {
+    let first = Revision::from_u64(1);
+    let last = log.revision();
+    for outside in [
+        Revision::NEW,
+        Revision::from_u64(last.as_u64().saturating_add(1)),
+    ] {
+        if outside == last {
+            continue;
+        }
+        match log.at(outside) {
+            Err(err @ Error::RevisionNotFound { .. }) if err.kind() == ErrorKind::NotFound => {}
+            other => {
+                return Err(format!(
+                    "revision {outside}, outside the log's {first}..={last}, gave {:?}",
+                    other.map(|s| s.revision())
+                ))
+            }
+        }
+    }
+    let head = match log.head() {
+        Ok(head) => head,
+        Err(err) if is_fold_error(&err) => {
+            // A log that does not make a valid head may still make valid earlier states;
+            // whatever they are, they are worked out or refused, never a panic.
+            for r in 1..=last.as_u64() {
+                if let Err(err) = log.at(Revision::from_u64(r)) {
+                    if !is_fold_error(&err) {
+                        return Err(format!("revision {r} was refused with {err:?}"));
+                    }
+                }
+            }
+            let _ = log.revisions();
+            let _ = log.history();
+            return Ok(());
+        }
+        Err(err) => return Err(format!("the log's head was refused with {err:?}")),
+    };
+    if head.revision() != last {
+        return Err(format!(
+            "the head is revision {}, the log's last is {last}",
+            head.revision()
+        ));
+    }
+    check_round_trip(&head)?;
+    let revisions = log
+        .revisions()
+        .map_err(|e| format!("the head is worked out but the revisions are not: {e:?}"))?;
+    let listed: Vec<EntryKind> = revisions.iter().map(|r| r.kind).collect();
+    if listed != kinds
+        || revisions
+            .iter()
+            .enumerate()
+            .any(|(k, r)| r.revision.as_u64() != k as u64 + 1)
+    {
+        return Err(format!(
+            "the revisions listed {revisions:?} are not one per entry of kinds {kinds:?}"
+        ));
+    }
+    let count = |kind: EntryKind| kinds.iter().filter(|&&k| k == kind).count() as u64;
+    let counted = head.history_stats();
+    if (counted.rewinds, counted.compactions, counted.restores)
+        != (
+            count(EntryKind::Rewind),
+            count(EntryKind::Compaction),
+            count(EntryKind::Restore),
+        )
+        || counted.oldest_revision != first
+    {
+        return Err(format!(
+            "the head's history {counted:?} does not count the entries {kinds:?}"
+        ));
+    }
+    for info in &revisions {
+        match log.at(info.revision) {
+            Ok(state) => {
+                check_round_trip(&state)?;
+                if state.revision() != info.revision || state.transcript().len() != info.messages {
+                    return Err(format!(
+                        "revision {} is listed with {} messages, but the state worked out is revision {} with {}",
+                        info.revision,
+                        info.messages,
+                        state.revision(),
+                        state.transcript().len()
+                    ));
+                }
+                if info.revision == last && state != head {
+                    return Err(format!(
+                        "the state at the last revision is not the head:\nat   {state:?}\nhead {head:?}"
+                    ));
+                }
+            }
+            Err(err) if is_fold_error(&err) && info.revision != last => {}
+            Err(err) => {
+                return Err(format!(
+                    "revision {} was refused with {err:?}",
+                    info.revision
+                ))
+            }
+        }
+    }
+    match log.history() {
+        Ok(history) => {
+            let view: Vec<&Message> = history.view().collect();
+            let expected: Vec<&Message> = head.transcript().iter().collect();
+            if view != expected || history.revision != last {
+                return Err(format!(
+                    "the history's view at revision {} is not the head's transcript",
+                    history.revision
+                ));
+            }
+        }
+        Err(err) if is_fold_error(&err) => {}
+        Err(err) => return Err(format!("the history was refused with {err:?}")),
+    }
+    Ok(())
 }

@@ -14,7 +14,9 @@ use crate::snapshot::{ForkAt, RewindTo, SessionSnapshot};
 use crate::store::SessionStore;
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
-pub use prune::{PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned};
+pub use prune::{
+    HistoryRetention, PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned, TrimmedHistory,
+};
 
 /// The session workflows every [`SessionStore`] has: [`fork`](Self::fork),
 /// [`rewind`](Self::rewind), [`prune`](Self::prune), [`export`](Self::export) and

@@ -5,6 +5,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
+use crate::id::{Revision, SessionId};
+use crate::snapshot::RevisionInfo;
 use crate::store::{ListScope, SessionStore, SessionSummary};
 
 /// Which sessions [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) deletes: those older than a maximum age, those
@@ -58,6 +60,110 @@ pub struct PrunePolicy {
     pub dry_run: bool,
     /// The time ages are measured at (default: when `prune` runs).
     pub now: Option<DateTime<Utc>>,
+    /// How much history the sessions that stay keep (default: all of it).
+    pub history: Option<HistoryRetention>,
+}
+
+/// How much of each session's history [`SessionStoreExt::prune`](crate::SessionStoreExt::prune)
+/// keeps ([`PrunePolicy::history`]): the revisions beyond a number, or older than an age,
+/// are dropped ([`SessionStore::trim_history`]), with what only they held (messages
+/// rewound, compacted away or replaced before the oldest revision kept). The head is
+/// always kept, and so is every revision after the oldest one kept. Limits left unset do
+/// not apply; with both, a revision goes if either says so.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_session::{ContentBlock, HistoryRetention, MemorySessionStore, Message, PrunePolicy,
+///     RewindTo, SessionId, SessionSnapshot, SessionStore, SessionStoreExt};
+///
+/// let store = MemorySessionStore::new();
+/// let id = SessionId::parse("s")?;
+/// store.save(&SessionSnapshot::builder(id.clone(), "m")
+///     .transcript(vec![Message::user("a"), Message::assistant(vec![ContentBlock::text("b")])])
+///     .build()?)?;
+/// store.rewind(&id, RewindTo::LastTurns(1))?; // revision 2: the turn is history only
+///
+/// let policy = PrunePolicy::new().history(HistoryRetention::new().max_revisions(1));
+/// let report = store.prune(&policy)?;
+/// assert_eq!(report.trimmed[0].dropped, 1);
+/// assert_eq!(store.revisions(&id)?.len(), 1);
+/// assert!(store.history(&id)?.messages.is_empty()); // the rewound turn is gone
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistoryRetention {
+    /// Keep at most this many revisions of each session, the head included (0 counts
+    /// as 1).
+    pub max_revisions: Option<usize>,
+    /// Drop the revisions saved longer ago than this (the head stays, however old).
+    pub max_age: Option<Duration>,
+}
+
+impl HistoryRetention {
+    /// A retention that drops nothing until limits are set.
+    #[must_use]
+    pub fn new() -> Self {
+        HistoryRetention::default()
+    }
+
+    /// Keeps at most `count` revisions of each session, the head included.
+    #[must_use]
+    pub fn max_revisions(mut self, count: usize) -> Self {
+        self.max_revisions = Some(count);
+        self
+    }
+
+    /// Drops the revisions saved longer ago than `age`.
+    #[must_use]
+    pub fn max_age(mut self, age: Duration) -> Self {
+        self.max_age = Some(age);
+        self
+    }
+
+    /// The oldest revision to keep of a session with `revisions` (oldest first, as
+    /// [`SessionStore::revisions`] lists them), at `now`.
+    fn oldest_kept(&self, revisions: &[RevisionInfo], now: DateTime<Utc>) -> Option<Revision> {
+        let last = revisions.len().checked_sub(1)?;
+        let mut keep_from = 0;
+        if let Some(count) = self.max_revisions {
+            keep_from = keep_from.max(revisions.len().saturating_sub(count.max(1)));
+        }
+        let limit = self
+            .max_age
+            .and_then(|age| chrono::Duration::from_std(age).ok())
+            .and_then(|age| now.checked_sub_signed(age));
+        if let Some(limit) = limit {
+            let young = revisions
+                .iter()
+                .position(|r| r.updated_at >= limit)
+                .unwrap_or(last);
+            keep_from = keep_from.max(young);
+        }
+        Some(revisions[keep_from.min(last)].revision)
+    }
+}
+
+/// The history [`SessionStoreExt::prune`](crate::SessionStoreExt::prune) dropped of a
+/// session that stays (or, in a dry run, would drop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrimmedHistory {
+    /// The session.
+    pub id: SessionId,
+    /// The oldest revision it kept before.
+    pub oldest_before: Revision,
+    /// The oldest revision it keeps now.
+    pub oldest_after: Revision,
+    /// How many revisions were dropped.
+    pub dropped: u64,
+    /// The bytes it used before and after (`None` if the store cannot tell, or after, in
+    /// a dry run).
+    pub bytes_before: Option<u64>,
+    /// See [`bytes_before`](Self::bytes_before).
+    pub bytes_after: Option<u64>,
 }
 
 /// Which sessions a [`PrunePolicy`] applies to.
@@ -117,6 +223,13 @@ impl PrunePolicy {
     #[must_use]
     pub fn now(mut self, now: DateTime<Utc>) -> Self {
         self.now = Some(now);
+        self
+    }
+
+    /// Drops the history `retention` does not keep from every session that stays.
+    #[must_use]
+    pub fn history(mut self, retention: HistoryRetention) -> Self {
+        self.history = Some(retention);
         self
     }
 
@@ -213,6 +326,9 @@ pub struct PruneReport {
     pub kept: usize,
     /// Entries the listing could not read; never deleted.
     pub unreadable: Vec<Error>,
+    /// The sessions that stay whose history [`PrunePolicy::history`] dropped (or would
+    /// drop, in a dry run), in listing order.
+    pub trimmed: Vec<TrimmedHistory>,
     /// Sessions updated later than this machine's clock allows
     /// ([`SessionSummary::is_updated_in_the_future`]): their age is unknown, so no limit
     /// applies to them and they are never deleted, nor counted against
@@ -265,6 +381,8 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
         }
     }
     let considered = sized.len();
+    // The sessions and their sizes, kept for the history retention below.
+    let listed: Vec<(SessionId, u64)> = sized.iter().map(|(s, b)| (s.id.clone(), *b)).collect();
     let chosen = policy.choose(sized);
     let mut report = PruneReport {
         dry_run: policy.dry_run,
@@ -273,6 +391,7 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
         in_the_future,
         ..PruneReport::default()
     };
+    let deleted: Vec<SessionId> = chosen.iter().map(|v| v.summary.id.clone()).collect();
     for victim in chosen {
         if policy.dry_run {
             report.pruned.push(victim);
@@ -288,5 +407,52 @@ pub(super) fn prune<S: SessionStore + ?Sized>(
             }
         }
     }
+    if let Some(retention) = &policy.history {
+        let now = policy.now.unwrap_or_else(Utc::now);
+        let staying = listed.iter().filter(|(id, _)| !deleted.contains(id));
+        for (id, bytes) in staying {
+            match trim(store, id, retention, now, policy.dry_run, *bytes) {
+                Ok(Some(trimmed)) => report.trimmed.push(trimmed),
+                Ok(None) => {}
+                // Deleted since the listing: nothing left to trim.
+                Err(e) if e.is_not_found() && !matches!(e, Error::RevisionNotFound { .. }) => {}
+                Err(e) => report.skipped.push(e),
+            }
+        }
+    }
     Ok(report)
+}
+
+/// Drops the history `retention` does not keep of session `id` (only says what it would
+/// drop, in a dry run); `None` if it keeps all of it. `bytes` is its size as listed.
+fn trim<S: SessionStore + ?Sized>(
+    store: &S,
+    id: &SessionId,
+    retention: &HistoryRetention,
+    now: DateTime<Utc>,
+    dry_run: bool,
+    bytes: u64,
+) -> Result<Option<TrimmedHistory>> {
+    let revisions = store.revisions(id)?;
+    let (Some(first), Some(keep)) = (revisions.first(), retention.oldest_kept(&revisions, now))
+    else {
+        return Ok(None);
+    };
+    if keep <= first.revision {
+        return Ok(None);
+    }
+    let known = |bytes: u64| (bytes > 0).then_some(bytes);
+    let mut trimmed = TrimmedHistory {
+        id: id.clone(),
+        oldest_before: first.revision,
+        oldest_after: keep,
+        dropped: keep.as_u64() - first.revision.as_u64(),
+        bytes_before: known(bytes),
+        bytes_after: None,
+    };
+    if !dry_run {
+        trimmed.dropped = store.trim_history(id, keep)?;
+        trimmed.bytes_after = store.stored_bytes(id)?;
+    }
+    Ok(Some(trimmed))
 }

@@ -195,6 +195,33 @@ impl SessionSnapshot {
         self.updated_at = clock::next_stamp(self.updated_at, self.created_at);
         Ok(())
     }
+
+    /// Where a compaction that keeps the last `keep_last_turns` turns verbatim would cut:
+    /// how many leading messages it replaces (never splitting a tool call from its
+    /// result), or `None` if there is nothing before those turns. As
+    /// [`Session::compaction_point`](crate::Session::compaction_point).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use agent_session::{ContentBlock, Message, SessionId, SessionSnapshot};
+    ///
+    /// let snapshot = SessionSnapshot::builder(SessionId::parse("s")?, "m")
+    ///     .transcript(vec![
+    ///         Message::user("one"),
+    ///         Message::assistant(vec![ContentBlock::text("1")]),
+    ///         Message::user("two"),
+    ///         Message::assistant(vec![ContentBlock::text("2")]),
+    ///     ])
+    ///     .build()?;
+    /// assert_eq!(snapshot.compaction_point(1), Some(2));
+    /// assert_eq!(snapshot.compaction_point(2), None);
+    /// # Ok::<(), agent_session::Error>(())
+    /// ```
+    #[must_use]
+    pub fn compaction_point(&self, keep_last_turns: usize) -> Option<usize> {
+        compaction_point(&self.transcript, &self.tool_calls, keep_last_turns)
+    }
 }
 
 /// How many leading messages to replace so that the last `keep_last_turns` turns stay:

@@ -193,6 +193,9 @@ impl SessionSnapshot {
             .as_ref()
             .is_some_and(|p| p.revision == self.revision);
         if derives_from_stored && revision == self.revision.next() {
+            // What the store's log now holds, as a `Session` records it: the next save's
+            // stats (a summary a store writes) start from them.
+            self.history = self.stats_once_saved(revision);
             self.mark_stored(revision);
         } else {
             self.revision = revision;

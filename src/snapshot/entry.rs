@@ -505,6 +505,23 @@ fn malformed(source: serde_json::Error) -> Error {
 /// [`Error::Malformed`] for anything but a well-formed head; [`Error::Inconsistent`] for
 /// a head that contradicts itself.
 pub(crate) fn decode_head(payload: &[u8]) -> Result<EntryHead> {
+    let head = decode_any_head(payload)?;
+    if head.kind == EntryKind::Checkpoint {
+        return Err(Error::inconsistent(format!(
+            "the log entry of revision {} says its kind is \"checkpoint\", which only the first entry of a journal may be",
+            head.revision
+        )));
+    }
+    Ok(head)
+}
+
+/// [`decode_head`], also of a checkpoint entry (`kind: "checkpoint"`): what the first
+/// entry of a journal may be, holding the whole state the log starts from.
+///
+/// # Errors
+///
+/// As [`decode_head`].
+pub(crate) fn decode_any_head(payload: &[u8]) -> Result<EntryHead> {
     let ObjectOnly(head): ObjectOnly<DecodedHead> =
         serde_json::from_slice(payload).map_err(malformed)?;
     let head = EntryHead {
@@ -521,12 +538,6 @@ pub(crate) fn decode_head(payload: &[u8]) -> Result<EntryHead> {
         metadata: head.metadata,
         state: head.state,
     };
-    if head.kind == EntryKind::Checkpoint {
-        return Err(Error::inconsistent(format!(
-            "the log entry of revision {} says its kind is \"checkpoint\", which no entry is",
-            head.revision
-        )));
-    }
     if head.prepend > head.messages {
         return Err(Error::inconsistent(format!(
             "the log entry of revision {} puts {} messages before the kept ones but has only {}",

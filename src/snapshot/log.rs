@@ -463,6 +463,9 @@ impl<'a> LogSource<'a> {
         )?;
         let all: Vec<usize> = (0..self.heads.len()).collect();
         let (mut parts, checkpoint, heads) = self.into_parts(&all)?;
+        // Counted before `materialize`, which may take the checkpoint's messages whole
+        // (a view that starts with all of them) and leave its stash empty.
+        let lens = (parts.prefix.len(), parts.checkpoint.len());
         let (transcript, records) = fold::materialize(&folded, &heads, &mut parts)?;
         let mut in_view: HashMap<Ref, usize> = folded
             .view
@@ -472,8 +475,8 @@ impl<'a> LogSource<'a> {
             .collect();
         let mut viewed: Vec<Option<Message>> = transcript.iter().cloned().map(Some).collect();
         let mut messages = Vec::new();
-        let mut collect = |source: Source, stored: &mut Stash, added_at| {
-            for index in 0..stored.len() {
+        let mut collect = |source: Source, stored: &mut Stash, len: usize, added_at| {
+            for index in 0..len {
                 let at = Ref::new(source, index);
                 let (message, standing) = if let Some(view_index) = in_view.remove(&at) {
                     (
@@ -498,11 +501,12 @@ impl<'a> LogSource<'a> {
             }
         };
         let oldest = checkpoint.revision;
-        collect(Source::Prefix, &mut parts.prefix, oldest);
-        collect(Source::Checkpoint, &mut parts.checkpoint, oldest);
+        collect(Source::Prefix, &mut parts.prefix, lens.0, oldest);
+        collect(Source::Checkpoint, &mut parts.checkpoint, lens.1, oldest);
         for (k, body) in parts.bodies.iter_mut().enumerate() {
             if let Some(body) = body {
-                collect(Source::Entry(k), &mut body.messages, heads[k].revision);
+                let len = body.messages.len();
+                collect(Source::Entry(k), &mut body.messages, len, heads[k].revision);
             }
         }
         let head = assemble(&checkpoint, &heads, &folded, transcript, records)?;
@@ -709,8 +713,8 @@ fn assemble(
 /// ```
 #[derive(Debug, Clone)]
 pub struct SessionLog {
-    checkpoint: SessionSnapshot,
-    entries: Vec<LogEntry>,
+    pub(super) checkpoint: SessionSnapshot,
+    pub(super) entries: Vec<LogEntry>,
 }
 
 impl SessionLog {
@@ -752,7 +756,7 @@ impl SessionLog {
             .map_or(self.checkpoint.revision, LogEntry::revision)
     }
 
-    fn source(&self) -> LogSource<'static> {
+    pub(super) fn source(&self) -> LogSource<'static> {
         let mut source = LogSource::new(self.checkpoint.unshared());
         for entry in &self.entries {
             source.push(entry.clone());

@@ -18,6 +18,7 @@ mod record;
 mod redaction;
 mod restore;
 mod rewind;
+mod trim;
 mod upgrade;
 mod validate;
 pub(crate) mod window;
@@ -38,8 +39,8 @@ use crate::usage::{Usage, UsageTotals};
 pub(crate) use compact::{compact_parts, compaction_point, CompactTarget};
 pub(crate) use delta::{Counts, Provenance};
 pub(crate) use entry::{
-    decode_head, entry_of_record, intact_frame, parse_frame_header, push_frame, split_entry,
-    FRAME_HEADER_LEN,
+    decode_any_head, decode_body, decode_head, entry_of_record, intact_frame, parse_frame_header,
+    push_frame, split_entry, EntryHead, FRAME_HEADER_LEN,
 };
 pub use entry::{EntryKind, LogEntry};
 pub use fork::{ForkAt, Lineage};

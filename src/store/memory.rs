@@ -219,6 +219,20 @@ impl SessionStore for MemorySessionStore {
         log.history().map(|(history, _)| history)
     }
 
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        self.with_stored(id, |stored| {
+            let trimmed = stored.log().trimmed(oldest)?;
+            let mut checkpoint = trimmed.checkpoint;
+            checkpoint.mark_stored(oldest);
+            stored.checkpoint = checkpoint;
+            stored.entries = trimmed.entries;
+            // Worked out again at the next load, with the history it now keeps.
+            stored.head = None;
+            stored.bytes = None;
+            Ok(trimmed.dropped)
+        })
+    }
+
     fn list(&self) -> Result<SessionList> {
         self.list_scoped(ListScope::Active)
     }

@@ -57,10 +57,11 @@ pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
 /// # Implementing a store
 ///
 /// Four methods are required: [`save`](Self::save), [`load`](Self::load),
-/// [`list`](Self::list) and [`delete`](Self::delete). The other five are the storage
+/// [`list`](Self::list) and [`delete`](Self::delete). The others are the storage
 /// primitives the session workflows ([`SessionStoreExt`](crate::SessionStoreExt): fork,
-/// prune, export, import) are built on; each has a default that is correct for a store
-/// without the feature, and a store that can do better overrides it:
+/// rewind, prune, export, import) and time travel are built on; each has a default that
+/// is correct for a store without the feature, and a store that can do better overrides
+/// it:
 ///
 /// | method | default | override when |
 /// |---|---|---|
@@ -69,6 +70,9 @@ pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
 /// | [`set_archived`](Self::set_archived) | [`Error::Unsupported`] | it can keep an archive state |
 /// | [`delete_if_unchanged`](Self::delete_if_unchanged) | load, compare, delete: two steps, so a save landing between them is lost | it has a lock, a transaction or a conditional delete |
 /// | [`stored_bytes`](Self::stored_bytes) | `None` (prune measures the JSON form) | it knows the stored size |
+/// | [`load_at`](Self::load_at), [`revisions`](Self::revisions), [`history`](Self::history) | only the head is kept | it keeps a log (a checkpoint and [`LogEntry`](crate::LogEntry) bytes, folded with [`SessionLog`](crate::SessionLog)) |
+/// | [`restore`](Self::restore) | `load`, `load_at`, `restore_from`, `save` | it can append the restore without reading the session |
+/// | [`trim_history`](Self::trim_history) | nothing before the head to drop | it keeps a log ([`SessionLog::trim`](crate::SessionLog::trim)) |
 ///
 /// Make the checks as the crate's stores do, with [`check_revision`] (the
 /// compare-and-swap of a save), [`check_unchanged`] (the conditional delete),
@@ -84,9 +88,10 @@ pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
 /// not the inner store's but the default above, so archived sessions drop out of
 /// `list_scoped(All)`, `set_archived` fails as unsupported, `delete_if_unchanged` loses
 /// the inner store's atomicity (prune could then delete a session saved after it was
-/// listed), and every page costs a whole listing. The workflows of
-/// [`SessionStoreExt`](crate::SessionStoreExt) need no forwarding: they come with every
-/// `SessionStore`. `impl SessionStore for Arc<S>` is such a wrapper, forwarding all nine.
+/// listed), every page costs a whole listing, and the history shrinks to the head. The
+/// workflows of [`SessionStoreExt`](crate::SessionStoreExt) need no forwarding: they come
+/// with every `SessionStore`. `impl SessionStore for Arc<S>` is such a wrapper,
+/// forwarding every method.
 /// The contract suite catches a wrapper that forgets `list_scoped` or `set_archived`.
 ///
 /// # Examples
@@ -341,6 +346,41 @@ pub trait SessionStore: Send + Sync {
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         restore_by_saving(self, id, revision)
     }
+
+    /// Drops the revisions of session `id` before `oldest`: `oldest` becomes the first
+    /// revision the store keeps (its state the log's new checkpoint), and what only the
+    /// dropped revisions held (messages rewound, compacted or replaced before it) is gone.
+    /// The head and every revision from `oldest` on load exactly as before; the revision
+    /// does not move, so a session loaded before still saves. Returns how many revisions
+    /// were dropped (0 if `oldest` is already the oldest kept). A retention policy calls
+    /// it: [`PrunePolicy::history`](crate::PrunePolicy::history).
+    ///
+    /// A restore of a dropped revision keeps the view it restored (written out in its
+    /// entry). A fork that shares the messages of a dropped revision (file store) gets its
+    /// own copy first, so no fork breaks.
+    ///
+    /// The default implementation suits a store that keeps only the head: there is nothing
+    /// before it to drop.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no session `id`; [`Error::RevisionNotFound`] if
+    /// the store does not keep `oldest` (dropped already, or later than the head); a
+    /// corrupt-kind error if the stored log does not load (nothing is dropped from a
+    /// damaged log); storage errors otherwise. Nothing is changed on error, and a crash
+    /// leaves the log before or after, whole.
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        let head = self.load(id)?;
+        if oldest == head.revision() {
+            return Ok(0);
+        }
+        Err(Error::RevisionNotFound {
+            id: id.clone(),
+            revision: oldest,
+            oldest: head.revision(),
+            newest: head.revision(),
+        })
+    }
 }
 
 /// [`SessionStore::restore`] through the store's own `load`, `load_at` and `save`: the
@@ -407,5 +447,9 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         (**self).restore(id, revision)
+    }
+
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        (**self).trim_history(id, oldest)
     }
 }

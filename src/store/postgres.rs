@@ -314,6 +314,9 @@ enum Appended {
     TooLarge(u64),
     /// The row is at the revision, but not in the state a derived entry follows.
     NotDerived,
+    /// The row is at the revision and state, but its history was trimmed since the
+    /// snapshot was loaded: the summary's history counts must be the stored log's.
+    Trimmed,
 }
 
 /// A row and its entries as read.
@@ -907,6 +910,7 @@ impl PostgresSessionStore {
         snapshot: &SessionSnapshot,
         entry: &[u8],
         derived: bool,
+        oldest: Option<Revision>,
         summary: &str,
     ) -> Result<Appended> {
         let expected = snapshot.revision();
@@ -926,6 +930,10 @@ impl PostgresSessionStore {
             None => (None, None),
         };
         let counts_after = state_counts(snapshot.counts());
+        // The oldest revision the log keeps, which `summary` counts from (a trim moves
+        // it): the first entry's revision minus one, or the row's revision without entries
+        // (found through the primary key's index, whatever the history's length).
+        let oldest = oldest.map(|r| revision_column(&id, r)).transpose()?;
         let entry_len = to_i64(entry.len() as u64);
         let limit = to_i64(self.max_snapshot_bytes);
         let summary = summary.to_owned();
@@ -945,6 +953,9 @@ impl PostgresSessionStore {
                                    AND ($8::bigint IS NULL OR updated_ns = $8)
                                    AND ($11::text IS NULL OR state_counts = $11)
                                    AND journal_bytes + $5::bigint <= $9::bigint
+                                   AND ($14::bigint IS NULL OR $14 = COALESCE(
+                                       (SELECT min(e.revision) - 1 FROM {schema}.entries e
+                                        WHERE e.session_id = $1), revision))
                                 RETURNING id)
                              INSERT INTO {schema}.entries (session_id, revision, record, format)
                              SELECT id, $2, $12, $13 FROM moved"
@@ -965,6 +976,7 @@ impl PostgresSessionStore {
                         &counts_before,
                         &entry,
                         &ENTRY_FORMAT,
+                        &oldest,
                     ],
                 )
                 .await
@@ -978,8 +990,10 @@ impl PostgresSessionStore {
                     &prepared(
                         &client,
                         &format!(
-                            "SELECT revision, created_ns, journal_bytes FROM {schema}.sessions
-                             WHERE id = $1"
+                            "SELECT revision, created_ns, journal_bytes,
+                                COALESCE((SELECT min(e.revision) - 1 FROM {schema}.entries e
+                                          WHERE e.session_id = $1), revision)
+                             FROM {schema}.sessions WHERE id = $1"
                         ),
                     )
                     .await?,
@@ -990,8 +1004,8 @@ impl PostgresSessionStore {
             let Some(row) = row else {
                 return Ok(Appended::Conflict(None));
             };
-            let (found, found_created, bytes): (i64, i64, i64) =
-                (row.get(0), row.get(1), row.get(2));
+            let (found, found_created, bytes, found_oldest): (i64, i64, i64, i64) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
             let found = Revision::from_u64(u64::try_from(found).unwrap_or(0));
             Ok(if found != expected {
                 Appended::Conflict(Some(found))
@@ -999,6 +1013,8 @@ impl PostgresSessionStore {
                 Appended::OtherSession
             } else if bytes.saturating_add(entry_len) > limit {
                 Appended::TooLarge(u64::try_from(bytes.saturating_add(entry_len)).unwrap_or(0))
+            } else if oldest.is_some_and(|oldest| oldest != found_oldest) {
+                Appended::Trimmed
             } else {
                 Appended::NotDerived
             })
@@ -1278,7 +1294,7 @@ impl PostgresSessionStore {
                 size_bytes,
                 limit_bytes: self.max_snapshot_bytes,
             }),
-            Appended::NotDerived => Err(Error::inconsistent(
+            Appended::NotDerived | Appended::Trimmed => Err(Error::inconsistent(
                 "the session's row matched the revision and creation time, but the append was refused",
             )
             .at(&self.location(id))),
@@ -1329,15 +1345,31 @@ impl SessionStore for PostgresSessionStore {
             .filter(|p| p.revision == expected)
             .and_then(|_| snapshot.entry_since_stored(revision));
         if let Some(entry) = derived {
+            let kind = entry.kind();
+            let bytes = entry.to_bytes(id)?;
             let stats = snapshot.stats_once_saved(revision);
-            match self.try_append(snapshot, &entry.to_bytes(id)?, true, &summary(stats)?)? {
+            let oldest = snapshot.history_stats().oldest_revision;
+            match self.try_append(snapshot, &bytes, true, Some(oldest), &summary(stats)?)? {
                 Appended::NotDerived => {}
+                // The history was trimmed since the snapshot was loaded: the summary counts
+                // what the stored log holds.
+                Appended::Trimmed => {
+                    let stats = self.stored_stats(id)?;
+                    let outcome = self.try_append(
+                        snapshot,
+                        &bytes,
+                        true,
+                        Some(stats.oldest_revision),
+                        &summary(stats.after(kind))?,
+                    )?;
+                    return self.appended(snapshot, outcome, summary);
+                }
                 outcome => return self.appended(snapshot, outcome, summary),
             }
         }
         let stats = self.stored_stats(id)?.after(EntryKind::Edit);
         let entry = snapshot.entry_replacing_all(revision)?.to_bytes(id)?;
-        let outcome = self.try_append(snapshot, &entry, false, &summary(stats)?)?;
+        let outcome = self.try_append(snapshot, &entry, false, None, &summary(stats)?)?;
         self.appended(snapshot, outcome, summary)
     }
 
@@ -1505,6 +1537,103 @@ impl SessionStore for PostgresSessionStore {
         Err(Error::Changed {
             id: listed.id.clone(),
             change: "it was changed by another writer while it was being deleted".to_owned(),
+        })
+    }
+
+    /// Cuts the log client side, then writes it back in one transaction: the row's
+    /// snapshot becomes the new checkpoint (its revision unchanged), the entries are
+    /// written again (restores of dropped revisions written out, records of tables'
+    /// version 2 as entries), and the summary counts what the log now holds. The
+    /// transaction holds only while the row is still at the revision read; a save landing
+    /// meanwhile makes it read again.
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        for _ in 0..3 {
+            let cut = self.with_log(id, |log| {
+                let read = log.last_revision();
+                if oldest == log.checkpoint.revision() {
+                    return Ok(None);
+                }
+                let trimmed = log.trimmed(oldest)?;
+                let mut head = LogSource::new(trimmed.checkpoint.clone());
+                for entry in &trimmed.entries {
+                    head.push(entry.clone());
+                }
+                Ok(Some((read, trimmed, head.state_at(None)?)))
+            })?;
+            let Some((read, trimmed, head)) = cut else {
+                return Ok(0);
+            };
+            let summary = serde_json::to_string(&StoredSummary::of(&SessionSummary::of(&head)))
+                .map_err(|source| Error::Encode {
+                    id: id.clone(),
+                    source,
+                })?;
+            let snapshot = trimmed.checkpoint.to_json_with_revision(oldest)?;
+            let mut revisions = Vec::with_capacity(trimmed.entries.len());
+            let mut records = Vec::with_capacity(trimmed.entries.len());
+            for entry in &trimmed.entries {
+                revisions.push(revision_column(id, entry.revision())?);
+                records.push(entry.to_bytes(id)?);
+            }
+            let journal_bytes = to_i64(records.iter().map(|r| r.len() as u64).sum());
+            let read = revision_column(id, read)?;
+            let key = id.to_string();
+            let written = self.with_client(move |mut client, schema| async move {
+                let update = prepared(
+                    &client,
+                    &format!(
+                        "UPDATE {schema}.sessions
+                         SET snapshot = $2, journal_bytes = $3, summary = $4
+                         WHERE id = $1 AND revision = $5"
+                    ),
+                )
+                .await?;
+                let clear = prepared(
+                    &client,
+                    &format!("DELETE FROM {schema}.entries WHERE session_id = $1"),
+                )
+                .await?;
+                let insert = prepared(
+                    &client,
+                    &format!(
+                        "INSERT INTO {schema}.entries (session_id, revision, record, format)
+                         SELECT $1, r, e, $4 FROM unnest($2::bigint[], $3::bytea[]) AS t (r, e)"
+                    ),
+                )
+                .await?;
+                let tx = client
+                    .transaction()
+                    .await
+                    .map_err(|e| backend("start a trim", e))?;
+                let moved = tx
+                    .execute(&update, &[&key, &snapshot, &journal_bytes, &summary, &read])
+                    .await
+                    .map_err(|e| backend("trim a session's history", e))?;
+                if moved != 1 {
+                    tx.rollback()
+                        .await
+                        .map_err(|e| backend("roll back a trim", e))?;
+                    return Ok(false);
+                }
+                tx.execute(&clear, &[&key])
+                    .await
+                    .map_err(|e| backend("drop a session's entries", e))?;
+                tx.execute(&insert, &[&key, &revisions, &records, &ENTRY_FORMAT])
+                    .await
+                    .map_err(|e| backend("write a session's entries", e))?;
+                tx.commit().await.map_err(|e| backend("commit a trim", e))?;
+                Ok(true)
+            })?;
+            if written {
+                return Ok(trimmed.dropped);
+            }
+        }
+        Err(Error::Backend {
+            operation: "trim a session's history".to_owned(),
+            source: format!(
+                "session {id} kept being saved while its history was trimmed; try again"
+            )
+            .into(),
         })
     }
 

@@ -234,7 +234,7 @@ pub(super) fn a_session_updated_in_the_future_is_never_latest_and_never_pruned<S
 }
 
 /// An engine never asked for anything.
-struct NoEngine;
+pub(super) struct NoEngine;
 
 impl crate::Engine for NoEngine {
     async fn complete(

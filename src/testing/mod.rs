@@ -7,12 +7,15 @@
 //! (fork, rewind, archive, the conditional delete, prune, export and import). A case that fails
 //! panics, naming the case, as a test assertion does, so call it from a `#[test]`.
 //!
-//! Two behaviours are optional, and the cases that need them are skipped (and listed in
+//! Three behaviours are optional, and the cases that need them are skipped (and listed in
 //! [`ContractReport::skipped`]) for a store without them: archiving
-//! ([`SessionStore::set_archived`] returns [`Error::Unsupported`]),
-//! and not writing a snapshot that is unchanged since it was loaded
-//! ([`SessionSnapshot::is_unchanged_since_stored`] tells a store which those are). Call
-//! [`ContractReport::assert_complete`] to require both.
+//! ([`SessionStore::set_archived`] returns [`Error::Unsupported`]);
+//! not writing a snapshot that is unchanged since it was loaded
+//! ([`SessionSnapshot::is_unchanged_since_stored`] tells a store which those are); and
+//! keeping the session's history ([`HISTORY`]: a store whose
+//! [`SessionStore::revisions`] lists one revision after two saves keeps only the head, as
+//! the trait's defaults do). Call [`ContractReport::assert_complete`] to require all three,
+//! or [`ContractReport::assert_complete_except`] to allow some to be skipped.
 //!
 //! # Examples
 //!
@@ -34,6 +37,7 @@
 //! ```
 
 mod cases;
+mod history;
 mod lifecycle;
 mod support;
 
@@ -69,18 +73,34 @@ pub struct SkippedCase {
 }
 
 impl ContractReport {
-    /// Panics unless every case ran: for a store that archives and writes nothing for an
-    /// unchanged snapshot, as the crate's own stores do.
+    /// Panics unless every case ran: for a store that archives, writes nothing for an
+    /// unchanged snapshot and keeps its history, as the crate's own stores do.
     ///
     /// # Panics
     ///
     /// If any case was skipped, listing them.
     pub fn assert_complete(&self) {
+        self.assert_complete_except(&[]);
+    }
+
+    /// Panics unless every case ran but those that need one of the optional behaviours in
+    /// `allowed` ([`ARCHIVING`], [`UNCHANGED_SAVES`], [`HISTORY`]): for a store known to
+    /// lack them.
+    ///
+    /// # Panics
+    ///
+    /// If a case that needs another behaviour was skipped, listing them.
+    pub fn assert_complete_except(&self, allowed: &[&str]) {
+        let skipped: Vec<&SkippedCase> = self
+            .skipped
+            .iter()
+            .filter(|s| !allowed.contains(&s.needs))
+            .collect();
         assert!(
-            self.skipped.is_empty(),
+            skipped.is_empty(),
             "the store contract skipped {} case(s): {}",
-            self.skipped.len(),
-            self.skipped
+            skipped.len(),
+            skipped
                 .iter()
                 .map(|s| format!("{} (needs {})", s.case, s.needs))
                 .collect::<Vec<_>>()
@@ -110,11 +130,55 @@ enum Needs {
     Nothing,
     Archiving,
     UnchangedSaves,
+    History,
 }
 
-const ARCHIVING: &str = "archiving (set_archived, and list_scoped showing archived sessions)";
-const UNCHANGED_SAVES: &str =
+/// The optional behaviour archiving: what [`SkippedCase::needs`] says of a case skipped
+/// for a store that cannot archive.
+pub const ARCHIVING: &str = "archiving (set_archived, and list_scoped showing archived sessions)";
+/// The optional behaviour of writing nothing for an unchanged snapshot: what
+/// [`SkippedCase::needs`] says of a case skipped for a store that writes it again.
+pub const UNCHANGED_SAVES: &str =
     "saves that write nothing for a snapshot unchanged since it was loaded";
+/// The optional behaviour of keeping a session's history (every revision saved, for
+/// [`SessionStore::load_at`], [`SessionStore::revisions`], [`SessionStore::history`] and
+/// [`SessionStore::restore`]): what [`SkippedCase::needs`] says of a case skipped for a
+/// store that keeps only the head.
+///
+/// # Examples
+///
+/// A store that keeps only its head (the trait's defaults) skips the history cases, and
+/// says so:
+///
+/// ```
+/// use agent_session::{testing, MemorySessionStore, Result, Revision, SessionId, SessionList,
+///     SessionSnapshot, SessionStore};
+///
+/// struct HeadOnly(MemorySessionStore);
+///
+/// impl SessionStore for HeadOnly {
+///     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> { self.0.save(snapshot) }
+///     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> { self.0.load(id) }
+///     fn list(&self) -> Result<SessionList> { self.0.list() }
+///     fn delete(&self, id: &SessionId) -> Result<()> { self.0.delete(id) }
+///     fn list_scoped(&self, scope: agent_session::ListScope) -> Result<SessionList> {
+///         self.0.list_scoped(scope)
+///     }
+///     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+///         self.0.set_archived(id, archived)
+///     }
+///     fn delete_if_unchanged(&self, listed: &agent_session::SessionSummary) -> Result<()> {
+///         self.0.delete_if_unchanged(listed)
+///     }
+/// }
+///
+/// let report = testing::contract(|| HeadOnly(MemorySessionStore::new()));
+/// assert!(!report.skipped.is_empty());
+/// assert!(report.skipped.iter().all(|s| s.needs == testing::HISTORY));
+/// report.assert_complete_except(&[testing::HISTORY]);
+/// ```
+pub const HISTORY: &str =
+    "a kept history (load_at, revisions, history and restore of every revision saved)";
 
 /// Runs every case of the store contract, each on a fresh store from `make`, and reports
 /// what ran.
@@ -129,11 +193,12 @@ const UNCHANGED_SAVES: &str =
 /// that cannot save or delete a first session.
 #[allow(clippy::too_many_lines)] // one line per case: the list is the suite
 pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
-    use Needs::{Archiving, Nothing, UnchangedSaves};
+    use Needs::{Archiving, History, Nothing, UnchangedSaves};
 
     let mut run = Runner {
         archives: archives(&make()),
         skips_unchanged_saves: skips_unchanged_saves(&make()),
+        keeps_history: keeps_history(&make()),
         report: ContractReport::default(),
         make,
     };
@@ -203,6 +268,34 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
     on_store!(
         Nothing,
         lifecycle::rewind_keeps_a_prefix_and_the_usage_and_refuses_what_it_cannot_cut
+    );
+    on_store!(
+        History,
+        history::every_revision_loads_as_saved_and_is_listed_with_its_kind
+    );
+    on_store!(
+        History,
+        history::load_at_outside_the_kept_revisions_is_revision_not_found
+    );
+    on_store!(
+        History,
+        history::restore_makes_an_earlier_state_the_head_and_can_be_restored_away
+    );
+    on_store!(
+        History,
+        history::history_tells_where_each_message_stands_and_restore_brings_them_back
+    );
+    on_store!(
+        History,
+        history::bad_history_input_is_a_typed_error_and_changes_nothing
+    );
+    on_store!(
+        History,
+        history::a_fork_outlives_its_parents_rewind_compaction_restore_and_deletion
+    );
+    on_store!(
+        History,
+        history::trim_history_drops_the_earlier_revisions_and_keeps_the_later_ones
     );
     on_store!(
         Archiving,
@@ -289,6 +382,7 @@ struct Runner<F> {
     make: F,
     archives: bool,
     skips_unchanged_saves: bool,
+    keeps_history: bool,
     report: ContractReport,
 }
 
@@ -297,6 +391,7 @@ impl<S: SessionStore, F: Fn() -> S> Runner<F> {
         let missing = match needs {
             Needs::Archiving if !self.archives => Some(ARCHIVING),
             Needs::UnchangedSaves if !self.skips_unchanged_saves => Some(UNCHANGED_SAVES),
+            Needs::History if !self.keeps_history => Some(HISTORY),
             _ => None,
         };
         if let Some(needs) = missing {
@@ -350,4 +445,24 @@ fn skips_unchanged_saves<S: SessionStore>(store: &S) -> bool {
     let skips = store.save(&loaded).expect("the store saves it again") == loaded.revision();
     store.delete(snapshot.id()).expect("the store deletes it");
     skips
+}
+
+/// Whether `store` keeps the history: after two saves, [`SessionStore::revisions`] lists
+/// two revisions (a store that keeps only the head lists one).
+fn keeps_history<S: SessionStore>(store: &S) -> bool {
+    let snapshot = probe();
+    store
+        .save(&snapshot)
+        .expect("the store saves a first session");
+    let loaded = store.load(snapshot.id()).expect("the store loads it");
+    let updated_at = loaded.updated_at();
+    let next = loaded
+        .with_appended(vec![crate::Message::user("probe")], Vec::new(), updated_at)
+        .expect("a message appended");
+    store.save(&next).expect("the store saves it again");
+    let revisions = store
+        .revisions(snapshot.id())
+        .expect("the store lists its revisions");
+    store.delete(snapshot.id()).expect("the store deletes it");
+    revisions.len() > 1
 }

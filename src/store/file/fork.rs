@@ -184,8 +184,32 @@ impl FileSessionStore {
     /// I/O errors of reading the list or of writing a fork's base; nothing of the parent
     /// is touched then.
     pub(super) fn materialize_forks_of(&self, parent: &SessionId) -> Result<()> {
-        let Some(forks) = self.listed_forks(parent)? else {
+        if !self.materialize_forks_sharing(parent, None)? {
             return Ok(());
+        }
+        let forks = self.forks_path(parent);
+        match self.fs.remove_file(&forks) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove the list of forks", &forks, e)),
+        }
+    }
+
+    /// [`materialize_forks_of`](Self::materialize_forks_of) for the forks that share a
+    /// revision of `parent` before `before` (every revision, with `None`): before a
+    /// retention drops those revisions. The list of forks stays (the forks given their own
+    /// copy are passed over the next time). Returns whether there is a list.
+    ///
+    /// # Errors
+    ///
+    /// As [`materialize_forks_of`](Self::materialize_forks_of).
+    pub(super) fn materialize_forks_sharing(
+        &self,
+        parent: &SessionId,
+        before: Option<Revision>,
+    ) -> Result<bool> {
+        let Some(forks) = self.listed_forks(parent)? else {
+            return Ok(false);
         };
         for fork in forks {
             let path = self.path_of(&fork);
@@ -196,9 +220,10 @@ impl FileSessionStore {
                 Err(e) => return Err(e),
             };
             let shares_this = base.share().is_some()
-                && base
-                    .lineage()
-                    .is_some_and(|lineage| lineage.parent == *parent);
+                && base.lineage().is_some_and(|lineage| {
+                    lineage.parent == *parent
+                        && before.is_none_or(|before| lineage.parent_revision < before)
+                });
             if !shares_this {
                 continue;
             }
@@ -221,11 +246,6 @@ impl FileSessionStore {
             self.forget(&fork);
             self.replace_file(&fork, &path, &bytes)?;
         }
-        let forks = self.forks_path(parent);
-        match self.fs.remove_file(&forks) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io("remove the list of forks", &forks, e)),
-        }
+        Ok(true)
     }
 }

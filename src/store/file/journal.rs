@@ -26,8 +26,9 @@ use crate::id::{Revision, SessionId};
 use crate::json::{strict, ObjectOnly};
 pub(crate) use crate::snapshot::intact_frame;
 use crate::snapshot::{
-    counts_after, decode_head, decode_record, entry_of_record, parse_frame_header, push_frame,
-    split_entry, Counts, LogEntry, LogSource, SessionSnapshot, FRAME_HEADER_LEN,
+    counts_after, decode_any_head, decode_body, decode_head, decode_record, entry_of_record,
+    parse_frame_header, push_frame, split_entry, Counts, EntryKind, LogEntry, LogSource,
+    SessionSnapshot, FRAME_HEADER_LEN,
 };
 
 /// The journal format version this release writes: format 2, log entries in a head and a
@@ -214,18 +215,60 @@ pub(crate) struct ReadJournal {
     pub(crate) version: u32,
     /// Where its intact entries end.
     pub(crate) end: usize,
+    /// The lengths the header says the base has, to be checked against the base (with a
+    /// fork's shared messages); `None` when the journal starts with a checkpoint entry,
+    /// which holds the state the log starts from in place of the base.
+    pub(crate) base_counts: Option<Counts>,
+    /// Whether the log starts from a checkpoint entry rather than the base.
+    pub(crate) restarted: bool,
+}
+
+/// Whether a journal with `header`, whose first entry is a checkpoint entry at
+/// `restart` (if it is one), holds entries for the base of session `id` stored at
+/// `revision`, created at `created_at`: its header names that base, or (a retention that
+/// wrote the checkpoint entry's state as the new base, and crashed before writing the
+/// journal again) its checkpoint entry is at that revision of that session.
+pub(super) fn journal_follows_base(
+    header: &JournalHeader,
+    restart: Option<Revision>,
+    id: &SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+) -> bool {
+    journal_follows(header, id, revision, created_at)
+        || (header.id == *id && header.base_created_at == created_at && restart == Some(revision))
+}
+
+/// The first entry of a format 2 journal, if it is a checkpoint entry: its head and body
+/// bytes.
+fn checkpoint_entry<'a>(
+    header: &JournalHeader,
+    entries: &[(usize, &'a [u8])],
+) -> Result<Option<(crate::snapshot::EntryHead, &'a [u8])>> {
+    if header.journal == 1 {
+        return Ok(None);
+    }
+    let Some((_, payload)) = entries.first() else {
+        return Ok(None);
+    };
+    let (head, body) = split_entry(payload)?;
+    let head = decode_any_head(head)?;
+    Ok((head.kind == EntryKind::Checkpoint).then_some((head, body)))
 }
 
 /// The log of a base snapshot (decoded, not validated) and its journal: `journal`'s
 /// entries added to `log` when the journal follows the base, and what was read of it;
 /// `None` if it holds nothing for this base (empty, torn before its header, or left by an
-/// older base, which is ignored).
+/// older base, which is ignored). A journal that starts with a checkpoint entry replaces
+/// the log's checkpoint with the state it holds (`log` must have no shared prefix
+/// attached: the caller attaches one only if the journal did not restart the log, and then
+/// checks [`ReadJournal::base_counts`]).
 ///
 /// # Errors
 ///
-/// Corruption if the journal is damaged before its end, names another session, or its
-/// header disagrees with the base; decoding errors of its heads (format 2) or records
-/// (format 1, decoded whole).
+/// Corruption if the journal is damaged before its end, names another session, or holds
+/// a checkpoint entry that does not start the log; decoding errors of its heads (format
+/// 2) or records (format 1, decoded whole).
 pub(super) fn read_into<'a>(
     log: &mut LogSource<'a>,
     journal: &'a [u8],
@@ -243,15 +286,16 @@ pub(super) fn read_into<'a>(
             base.id()
         )));
     }
-    if !journal_follows(&header, base.id(), base.revision(), base.created_at()) {
+    let restart = checkpoint_entry(&header, records)?;
+    let (revision, created_at) = (base.revision(), base.created_at());
+    if !journal_follows_base(
+        &header,
+        restart.as_ref().map(|(head, _)| head.revision),
+        base.id(),
+        revision,
+        created_at,
+    ) {
         return Ok(None);
-    }
-    let start = log.start_counts();
-    if header.base != start {
-        return Err(Error::inconsistent(format!(
-            "the journal's header says its base has {:?}, but the base has {start:?}",
-            header.base
-        )));
     }
     if header.journal == 1 {
         let mut before = header.base;
@@ -264,15 +308,35 @@ pub(super) fn read_into<'a>(
         return Ok(Some(ReadJournal {
             version: 1,
             end: frames.valid_end,
+            base_counts: Some(header.base),
+            restarted: false,
         }));
     }
-    for (_, payload) in records {
+    let mut entries = records;
+    let restarted = restart.is_some();
+    if let Some((head, body)) = restart {
+        if head.revision < revision {
+            return Err(Error::inconsistent(format!(
+                "the journal starts the log at revision {}, before its base's revision {revision}",
+                head.revision
+            )));
+        }
+        let entry = LogEntry {
+            head,
+            body: decode_body(body)?,
+        };
+        log.checkpoint = SessionSnapshot::from_checkpoint_entry(&log.checkpoint, entry)?;
+        entries = &records[1..];
+    }
+    for (_, payload) in entries {
         let (head, body) = split_entry(payload)?;
         log.push_bytes(decode_head(head)?, body)?;
     }
     Ok(Some(ReadJournal {
         version: JOURNAL_VERSION,
         end: frames.valid_end,
+        base_counts: (!restarted).then_some(header.base),
+        restarted,
     }))
 }
 
@@ -285,6 +349,29 @@ pub(super) fn encode_journal(
 ) -> Result<Vec<u8>> {
     let id = base.id();
     let mut bytes = encode_header(&header_for(id, base.revision(), base.created_at(), counts))?;
+    for entry in entries {
+        bytes.extend(entry.to_bytes(id)?);
+    }
+    Ok(bytes)
+}
+
+/// The journal bytes of a log that starts from `checkpoint` (a checkpoint entry) but
+/// follows the base stored at `base_revision`: a header for that base (its lengths are
+/// not checked when a checkpoint entry follows, so the checkpoint's are written), the
+/// checkpoint entry, then `entries`.
+pub(super) fn encode_restarted_journal(
+    base_revision: Revision,
+    checkpoint: &SessionSnapshot,
+    entries: &[LogEntry],
+) -> Result<Vec<u8>> {
+    let id = checkpoint.id();
+    let mut bytes = encode_header(&header_for(
+        id,
+        base_revision,
+        checkpoint.created_at(),
+        checkpoint.counts(),
+    ))?;
+    bytes.extend(LogEntry::checkpoint_of(checkpoint).to_bytes(id)?);
     for entry in entries {
         bytes.extend(entry.to_bytes(id)?);
     }

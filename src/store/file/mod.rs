@@ -9,6 +9,7 @@ mod journal;
 mod lock;
 mod private_dir;
 mod restore;
+mod retention;
 mod state;
 mod summary;
 #[cfg(test)]
@@ -28,7 +29,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::snapshot::{EntryKind, History, HistoryStats, RevisionInfo, SessionSnapshot};
+use crate::snapshot::{EntryKind, History, RevisionInfo, SessionSnapshot};
 use fs::{FileSystem, OsFileSystem};
 use lock::{StoreLock, WriteLock, DEFAULT_LOCK_TIMEOUT};
 use private_dir::open_private_dir;
@@ -458,7 +459,7 @@ impl SessionStore for FileSessionStore {
         let revision = snapshot.revision().next();
         // Encoding does not depend on what is stored, so it happens before taking the lock.
         let derived = match snapshot.entry_since_stored(revision) {
-            Some(entry) => Some(entry.to_bytes(id)?),
+            Some(entry) => Some((entry.to_bytes(id)?, entry.kind())),
             None => None,
         };
         let _lock = self.write_lock()?;
@@ -488,16 +489,17 @@ impl SessionStore for FileSessionStore {
             _ => false,
         };
         let (entry, kind) = match derived.filter(|_| follows_stored) {
-            Some(entry) => (entry, None),
+            Some(entry) => entry,
             None => (
                 snapshot.entry_replacing_all(revision)?.to_bytes(id)?,
-                Some(EntryKind::Edit),
+                EntryKind::Edit,
             ),
         };
-        let stats = match (kind, stored.stats) {
-            (None, _) => snapshot.stats_once_saved(revision),
-            (Some(kind), Some(stats)) => stats.after(kind),
-            (Some(_), None) => HistoryStats::default(),
+        // What the stored log holds (a trim since the snapshot was loaded may have dropped
+        // some of what the snapshot counted), with the entry.
+        let stats = match stored.stats {
+            Some(stats) => stats.after(kind),
+            None => snapshot.stats_once_saved(revision),
         };
         if stored.verified && stored.journal_version != Some(1) {
             return self.append(&write::After::snapshot(snapshot), &stored, &entry, stats);
@@ -548,6 +550,17 @@ impl SessionStore for FileSessionStore {
     fn history(&self, id: &SessionId) -> Result<History> {
         self.check_root()?;
         self.with_log(id, false, |log| log.history().map(|(history, _)| history))
+    }
+
+    /// Writes the log again without the revisions before `oldest`, in three atomic steps
+    /// that each leave a log loading the same revisions from `oldest` on (the journal
+    /// restarting at a checkpoint entry, the new base, the journal in its usual form;
+    /// `docs/FORMAT.md`, "Retention"). Forks sharing a dropped revision get their own copy
+    /// first.
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        let _lock = self.write_lock()?;
+        self.check_root()?;
+        self.trim_history_locked(id, oldest)
     }
 
     /// Appends one restore entry naming `revision` and its lengths, without reading the

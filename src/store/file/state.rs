@@ -12,7 +12,7 @@ use std::sync::MutexGuard;
 use chrono::{DateTime, Utc};
 
 use super::fork::SHARED_DEPTH_BUDGET;
-use super::journal::{self, journal_follows};
+use super::journal;
 use super::private_dir::{is_private, read_bytes, HEAD_BYTES, NAME_KEPT_CHANGING};
 use super::summary::Stamp;
 use super::{FileSessionStore, KNOWN_SESSIONS};
@@ -20,8 +20,8 @@ use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::window;
 use crate::snapshot::{
-    counts_after, decode_head, decode_record, split_entry, Counts, HistoryStats, LogSource,
-    SessionSnapshot,
+    counts_after, decode_any_head, decode_head, decode_record, split_entry, Counts, EntryKind,
+    HistoryStats, LogSource, SessionSnapshot,
 };
 use crate::store::{check_revision, check_stored_id};
 
@@ -290,18 +290,33 @@ impl FileSessionStore {
         budget: u32,
     ) -> Result<(LogSource<'a>, Option<journal::ReadJournal>)> {
         let path = self.path_of(id);
-        let prefix = self
-            .shared_prefix(&base, locked, budget)
-            .map_err(|e| e.at(&Location::file(&path)))?;
+        let journal_path = self.journal_path(id);
+        let shares = base.share().is_some();
         let mut log = LogSource::new(base);
-        if let Some(parent) = prefix {
-            log.set_prefix(parent);
-        }
         let read = match journal {
             Some(bytes) => journal::read_into(&mut log, bytes)
-                .map_err(|e| e.at(&Location::file(&self.journal_path(id))))?,
+                .map_err(|e| e.at(&Location::file(&journal_path)))?,
             None => None,
         };
+        // A journal that starts with a checkpoint entry holds the whole state: the base's
+        // shared messages are not needed then.
+        if shares && !read.as_ref().is_some_and(|r| r.restarted) {
+            let prefix = self
+                .shared_prefix(&log.checkpoint, locked, budget)
+                .map_err(|e| e.at(&Location::file(&path)))?;
+            if let Some(parent) = prefix {
+                log.set_prefix(parent);
+            }
+        }
+        if let Some(base_counts) = read.as_ref().and_then(|r| r.base_counts) {
+            let start = log.start_counts();
+            if base_counts != start {
+                return Err(Error::inconsistent(format!(
+                    "the journal's header says its base has {base_counts:?}, but the base has {start:?}"
+                ))
+                .at(&Location::file(&journal_path)));
+            }
+        }
         Ok((log, read))
     }
 
@@ -487,46 +502,14 @@ impl FileSessionStore {
         };
         known.journal = Some(Stamp::of(&meta));
         let at_journal = |e: Error| e.at(&Location::file(&journal_path));
-        let frames = journal::split(&bytes).map_err(at_journal)?;
-        let Some(((_, first), records)) = frames.frames.split_first() else {
-            return Ok(Some(known));
-        };
-        let journal_header = journal::decode_header(first).map_err(at_journal)?;
-        if !journal_follows(&journal_header, id, header.revision, header.created_at) {
-            return Ok(Some(known));
+        if let Some(tail) =
+            journal_tail(&bytes, id, header.revision, header.created_at).map_err(at_journal)?
+        {
+            known.journal_version = Some(tail.version);
+            known.revision = tail.revision;
+            known.counts = Some(tail.counts);
+            known.journal_end = Some(tail.end as u64);
         }
-        let mut counts = journal_header.base;
-        let mut revision = header.revision;
-        if journal_header.journal == 1 {
-            for (_, payload) in records {
-                let change = decode_record(payload).map_err(at_journal)?;
-                if change.revision != revision.next() || !change.from.within(counts) {
-                    return Err(at_journal(Error::inconsistent(format!(
-                        "the record of revision {} does not follow revision {revision} with {counts:?}",
-                        change.revision
-                    ))));
-                }
-                counts = counts_after(&change);
-                revision = change.revision;
-            }
-        } else {
-            for (_, payload) in records {
-                let (head, _) = split_entry(payload).map_err(at_journal)?;
-                let head = decode_head(head).map_err(at_journal)?;
-                if head.revision != revision.next() {
-                    return Err(at_journal(Error::inconsistent(format!(
-                        "the log entry of revision {} does not follow revision {revision}",
-                        head.revision
-                    ))));
-                }
-                counts = head.state;
-                revision = head.revision;
-            }
-        }
-        known.journal_version = u32::try_from(journal_header.journal).ok();
-        known.revision = revision;
-        known.counts = Some(counts);
-        known.journal_end = Some(frames.valid_end as u64);
         Ok(Some(known))
     }
 
@@ -570,4 +553,91 @@ impl FileSessionStore {
             })
             .map(|s| s.revision))
     }
+}
+
+/// Where a journal's entries for a base end, as its heads say (no body is read).
+struct JournalTail {
+    version: u32,
+    revision: Revision,
+    counts: Counts,
+    end: usize,
+}
+
+/// The last revision, lengths and end of the entries `journal` holds for the base of
+/// session `id` stored at `revision`, created at `created_at`, from their heads alone;
+/// `None` if it holds none for that base.
+///
+/// # Errors
+///
+/// Corruption if the journal is damaged before its end, or an entry does not follow
+/// the one before it; decoding errors of the heads.
+fn journal_tail(
+    journal: &[u8],
+    id: &SessionId,
+    revision: Revision,
+    created_at: DateTime<Utc>,
+) -> Result<Option<JournalTail>> {
+    let frames = journal::split(journal)?;
+    let Some(((_, first), records)) = frames.frames.split_first() else {
+        return Ok(None);
+    };
+    let journal_header = journal::decode_header(first)?;
+    // A journal that starts with a checkpoint entry (a retention's) counts from it.
+    let restart = match (journal_header.journal, records.first()) {
+        (1, _) | (_, None) => None,
+        (_, Some((_, payload))) => {
+            let (head, _) = split_entry(payload)?;
+            Some(decode_any_head(head)?)
+        }
+    }
+    .filter(|head| head.kind == EntryKind::Checkpoint);
+    if !journal::journal_follows_base(
+        &journal_header,
+        restart.as_ref().map(|head| head.revision),
+        id,
+        revision,
+        created_at,
+    ) {
+        return Ok(None);
+    }
+    let mut counts = journal_header.base;
+    let mut revision = revision;
+    let mut records = records;
+    if let Some(head) = restart {
+        counts = head.state;
+        revision = head.revision;
+        records = &records[1..];
+    }
+    if journal_header.journal == 1 {
+        for (_, payload) in records {
+            let change = decode_record(payload)?;
+            if change.revision != revision.next() || !change.from.within(counts) {
+                return Err(Error::inconsistent(format!(
+                    "the record of revision {} does not follow revision {revision} with {counts:?}",
+                    change.revision
+                )));
+            }
+            counts = counts_after(&change);
+            revision = change.revision;
+        }
+    } else {
+        for (_, payload) in records {
+            let (head, _) = split_entry(payload)?;
+            let head = decode_head(head)?;
+            if head.revision != revision.next() {
+                return Err(Error::inconsistent(format!(
+                    "the log entry of revision {} does not follow revision {revision}",
+                    head.revision
+                )));
+            }
+            counts = head.state;
+            revision = head.revision;
+        }
+    }
+    Ok(Some(JournalTail {
+        version: u32::try_from(journal_header.journal).unwrap_or(0),
+        revision,
+        counts,
+        end: frames.valid_end,
+    }))
 }

@@ -230,7 +230,14 @@ impl FileSessionStore {
             // written: a damaged state is repaired instead.
             log.into_checked_entries()
         })?;
-        let mut bytes = journal::encode_journal(&base, counts, &entries)?;
+        let mut bytes = if base.revision() == stored.base_revision {
+            journal::encode_journal(&base, counts, &entries)?
+        } else {
+            // The log starts from a checkpoint entry (a retention that did not get to write
+            // it as the base): it stays the journal's first entry, after a header for the
+            // base as it is.
+            journal::encode_restarted_journal(stored.base_revision, &base, &entries)?
+        };
         let end = bytes.len() + entry.len();
         bytes.extend_from_slice(entry);
         if end as u64 > self.max_snapshot_bytes {

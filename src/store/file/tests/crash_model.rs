@@ -721,6 +721,10 @@ enum Action {
     /// [`SessionStore::restore`]: an entry written from the revisions' lengths the store
     /// keeps, without loading the session (the first one reads its log once).
     StoreRestore(u64),
+    /// Drops the revisions before the one this many before the head
+    /// ([`SessionStore::trim_history`]): the journal, the base and the journal again
+    /// replaced, each atomically.
+    Trim(u64),
     Delete,
     /// Archives the session (`true`) or restores it.
     Archive(bool),
@@ -987,6 +991,28 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
                     }),
                 )
             }
+            Action::Trim(back) => {
+                let store = store.as_ref().expect("trims go through the store");
+                let head = current
+                    .as_ref()
+                    .expect("a session to trim")
+                    .snapshot
+                    .clone();
+                let result = store
+                    .trim_history(&id, Revision::from_u64(revision - back))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                let base_after = std::fs::read(&target).expect("read the base");
+                (
+                    format!("trim of revision {revision}"),
+                    result,
+                    Some(Stored {
+                        base: base_after,
+                        snapshot: head,
+                        archived: current.as_ref().is_some_and(|c| c.archived),
+                    }),
+                )
+            }
             Action::PlantStale => unreachable!("handled above"),
             Action::Delete => {
                 let store = store.as_ref().expect("deletes go through the store");
@@ -1040,7 +1066,7 @@ fn record_run(writer: Writer, plan: &[Action], start: Start) -> Vec<OpRecord> {
         }
         revision = match action {
             Action::Delete => 0,
-            Action::Archive(_) => revision,
+            Action::Archive(_) | Action::Trim(_) => revision,
             _ => revision + 1,
         };
         let before = std::mem::replace(&mut current, after.clone());
@@ -1415,7 +1441,7 @@ fn store_plan() -> Vec<Action> {
 /// started again at offset 0, filled close to its bound and compacted (a rewrite), started
 /// again, deleted with the session, and started once more for a new session of that id.
 fn journal_plan() -> Vec<Action> {
-    use Action::{Append, Compact, Delete, Edit, Restore, Rewind, Save, StoreRestore};
+    use Action::{Append, Compact, Delete, Edit, Restore, Rewind, Save, StoreRestore, Trim};
     vec![
         Save,
         Append(150),
@@ -1433,6 +1459,8 @@ fn journal_plan() -> Vec<Action> {
         Append(150),
         StoreRestore(1),
         Restore(1),
+        Trim(3),
+        Append(150),
         Delete,
         Save,
         Append(150),
@@ -1665,10 +1693,11 @@ fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_ne
     let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
     let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("append (the journal started)"), 3, "{labels:?}");
-    assert_eq!(count("append of"), 5, "{labels:?}");
+    assert_eq!(count("append of"), 6, "{labels:?}");
     assert_eq!(count("rewind of"), 1, "{labels:?}");
     assert_eq!(count("restore of"), 2, "{labels:?}");
     assert_eq!(count("store restore of"), 2, "{labels:?}");
+    assert_eq!(count("trim of"), 1, "{labels:?}");
     assert_eq!(count("edit of"), 1, "{labels:?}");
     assert_eq!(count("compaction of"), 1, "{labels:?}");
     assert_eq!(count("delete"), 1, "{labels:?}");

@@ -42,7 +42,7 @@ use super::journal_in_format_1;
 use crate::compactor::Compaction;
 use crate::error::{Error, ErrorKind, Result};
 use crate::id::SessionId;
-use crate::snapshot::{RewindTo, SessionSnapshot};
+use crate::snapshot::{ForkAt, RewindTo, SessionSnapshot};
 use crate::store::file::atomic::{self, ReplaceError};
 use crate::store::file::fs::{FileSystem, OsFileSystem};
 use crate::store::file::FileSessionStore;
@@ -50,6 +50,7 @@ use crate::store::DEFAULT_MAX_SNAPSHOT_BYTES;
 use crate::store::{Revision, SessionStore};
 use crate::transcript::{ContentBlock, Message};
 use crate::usage::Usage;
+use crate::SessionStoreExt;
 
 /// Fails the surrounding check with a message when `$cond` is false.
 macro_rules! ensure {
@@ -3234,6 +3235,32 @@ fn is_restored(loaded: &SessionSnapshot, expected: &SessionSnapshot, revision: R
         && loaded.metadata() == expected.metadata()
 }
 
+/// Runs `faulted` with each call `k` of `calls` (and one past them) failing, with EIO and
+/// ENOSPC, once and persistently: how many runs, how many failed (as `faulted` says), and
+/// the promises broken, each naming its fault and call.
+fn sweep_calls(
+    calls: &[(Op, &'static str)],
+    faulted: impl Fn(Fault, Persistence, usize) -> Result<bool, String>,
+) -> (usize, usize, Vec<String>) {
+    let (mut runs, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for k in 1..=calls.len() + 1 {
+        for fault in [Fault::Eio, Fault::Enospc] {
+            for persistence in [Persistence::Once, Persistence::Persistent] {
+                runs += 1;
+                match faulted(fault, persistence, k) {
+                    Ok(f) => failed += usize::from(f),
+                    Err(why) => failures.push(format!(
+                        "{fault:?} {persistence:?} at call {k} ({:?}): {why}",
+                        calls.get(k - 1)
+                    )),
+                }
+            }
+        }
+    }
+    (runs, failed, failures)
+}
+
 /// The calls of a clean `restore` of revision 1.
 fn clean_restore_calls(hot: bool) -> Vec<(Op, &'static str)> {
     let (_scratch, base) = scratch_dir();
@@ -3364,22 +3391,9 @@ fn restore_with_fault(
 fn every_failing_call_of_a_restore_keeps_the_old_head_or_stores_the_restore() {
     for hot in [true, false] {
         let calls = clean_restore_calls(hot);
-        let (mut runs, mut failed) = (0, 0);
-        let mut failures = Vec::new();
-        for k in 1..=calls.len() + 1 {
-            for fault in [Fault::Eio, Fault::Enospc] {
-                for persistence in [Persistence::Once, Persistence::Persistent] {
-                    runs += 1;
-                    match restore_with_fault(hot, fault, persistence, k) {
-                        Ok(f) => failed += usize::from(f),
-                        Err(why) => failures.push(format!(
-                            "hot {hot}, {fault:?} {persistence:?} at call {k} ({:?}): {why}",
-                            calls.get(k - 1)
-                        )),
-                    }
-                }
-            }
-        }
+        let (runs, failed, failures) = sweep_calls(&calls, |fault, persistence, k| {
+            restore_with_fault(hot, fault, persistence, k)
+        });
         assert!(
             failures.is_empty(),
             "{} of {runs} faulted restores broke a promise:\n{}",
@@ -3389,4 +3403,425 @@ fn every_failing_call_of_a_restore_keeps_the_old_head_or_stores_the_restore() {
         assert!(failed > 0, "hot {hot}: no fault made a restore fail");
         eprintln!("fault injection, restore (hot {hot}): {runs} faulted restores, {failed} failed with a typed error");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// SessionStore::trim_history: three atomic replacements, each leaving a log that loads.
+// ---------------------------------------------------------------------------------------
+
+/// A session at revision 6 (a base, four turns, a rewind), in a store that knows it;
+/// every revision as it loads, oldest first.
+fn prepare_trim(
+    dir: &Path,
+    fs: &Arc<FaultyFileSystem>,
+) -> Result<(FileSessionStore, SessionId, Vec<SessionSnapshot>), String> {
+    let setup = |what: &str, e: Error| format!("setup {what}: {e}");
+    let store = open_faulty(dir, fs)?;
+    let id = SessionId::parse(ID).expect("valid id");
+    store
+        .save(&snapshot_on(&id, 0, "base", 300))
+        .map_err(|e| setup("save", e))?;
+    for tag in ["one", "two", "three", "four"] {
+        let head = store.load(&id).map_err(|e| setup("load", e))?;
+        store
+            .save(&appended(&head, tag, 200))
+            .map_err(|e| setup("append", e))?;
+    }
+    let mut head = store.load(&id).map_err(|e| setup("load", e))?;
+    head.rewind(RewindTo::LastTurns(1))
+        .map_err(|e| setup("rewind", e))?;
+    store.save(&head).map_err(|e| setup("rewind", e))?;
+    let revisions = (1..=6)
+        .map(|r| store.load_at(&id, Revision::from_u64(r)))
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| setup("load_at", e))?;
+    Ok((store, id, revisions))
+}
+
+/// Which revisions a fresh store keeps of `id`, checking each loads as `expected` says.
+fn kept_revisions(
+    root: &Path,
+    id: &SessionId,
+    expected: &[SessionSnapshot],
+) -> Result<Vec<u64>, String> {
+    let fresh = FileSessionStore::open(root).map_err(|e| format!("reopen: {e}"))?;
+    let head = fresh.load(id).map_err(|e| format!("load: {e}"))?;
+    ensure!(
+        Some(&head) == expected.last(),
+        "the head changed: revision {}",
+        head.revision()
+    );
+    let mut kept = Vec::new();
+    for (i, before) in expected.iter().enumerate() {
+        match fresh.load_at(id, before.revision()) {
+            Ok(loaded) => {
+                ensure!(&loaded == before, "revision {} loads otherwise", i + 1);
+                kept.push(before.revision().as_u64());
+            }
+            Err(Error::RevisionNotFound { .. }) => {}
+            Err(e) => return Err(format!("load_at {}: {e}", i + 1)),
+        }
+    }
+    let listed: Vec<u64> = fresh
+        .revisions(id)
+        .map_err(|e| format!("revisions: {e}"))?
+        .iter()
+        .map(|r| r.revision.as_u64())
+        .collect();
+    ensure!(
+        listed == kept,
+        "revisions() lists {listed:?}, {kept:?} load"
+    );
+    Ok(kept)
+}
+
+#[test]
+fn a_clean_trim_is_three_atomic_replacements() {
+    use Op::{CreateTemp, Rename, SyncDir, SyncFile, WriteAll};
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let dir = base.join("store");
+    let (store, id, revisions) = prepare_trim(&dir, &fs).expect("prepare");
+    fs.disarm();
+    assert_eq!(
+        store
+            .trim_history(&id, Revision::from_u64(4))
+            .expect("trim"),
+        3
+    );
+    let calls = steps(&fs.disarm());
+    let replace = |file| {
+        [
+            (CreateTemp, "temp"),
+            (WriteAll, "temp"),
+            (SyncFile, "temp"),
+            (Rename, file),
+            (SyncDir, "dir"),
+        ]
+    };
+    let writes: Vec<(Op, &str)> = calls
+        .iter()
+        .copied()
+        .filter(|(op, _)| matches!(op, CreateTemp | WriteAll | SyncFile | Rename | SyncDir))
+        .collect();
+    let renamed: Vec<(Op, &str)> = [replace("temp"), replace("temp"), replace("temp")].concat();
+    assert_eq!(writes, renamed, "{calls:?}");
+    assert_eq!(
+        kept_revisions(&dir, &id, &revisions).expect("after"),
+        [4, 5, 6]
+    );
+}
+
+/// Trims revisions 1 to 3 with call `k` failing, then checks: a typed error or success;
+/// the head loads unchanged; the revisions kept are all six (nothing done) or 4 to 6, each
+/// loading as before; `Ok` means 4 to 6; no temporary file; no fsync retried; and the
+/// trim once the fault is gone leaves 4 to 6. Returns whether the call failed.
+fn trim_with_fault(fault: Fault, persistence: Persistence, k: usize) -> Result<bool, String> {
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let (store, id, revisions) = prepare_trim(&dir, &fs)?;
+    let root = store.dir().to_path_buf();
+    fs.arm(k, fault, persistence);
+    let result = store.trim_history(&id, Revision::from_u64(4));
+    let calls = fs.disarm();
+    check_no_fsync_retry(&calls)?;
+    let cleanup_failed = calls
+        .iter()
+        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+    ensure!(
+        temp_files(&root).len() == usize::from(cleanup_failed),
+        "temporary files left"
+    );
+    let kept = kept_revisions(&root, &id, &revisions)?;
+    ensure!(
+        kept == [1, 2, 3, 4, 5, 6] || kept == [4, 5, 6],
+        "revisions {kept:?} kept"
+    );
+    let failed = match &result {
+        Ok(dropped) => {
+            ensure!(*dropped == 3 && kept == [4, 5, 6], "Ok, but {kept:?} kept");
+            false
+        }
+        Err(err @ Error::NotDurable { .. }) => {
+            check_not_durable(err, &root, fault.errno(), 6)?;
+            true
+        }
+        Err(err) => {
+            check_io_error(err, &root, fault.errno())?;
+            true
+        }
+    };
+    let dropped = store
+        .trim_history(&id, Revision::from_u64(4))
+        .map_err(|e| format!("the trim again, without the fault: {e}"))?;
+    ensure!(
+        dropped == if kept.len() == 6 { 3 } else { 0 },
+        "the retry dropped {dropped}"
+    );
+    let after = kept_revisions(&root, &id, &revisions)?;
+    ensure!(after == [4, 5, 6], "after the retry {after:?} kept");
+    // The base and the journal are in the usual form again: a fresh store appends.
+    let fresh = FileSessionStore::open(&root).map_err(|e| format!("reopen: {e}"))?;
+    let head = fresh.load(&id).map_err(|e| format!("load: {e}"))?;
+    let next = appended(&head, "after the trim", 100);
+    let revision = fresh
+        .save(&next)
+        .map_err(|e| format!("save after the trim: {e}"))?;
+    ensure!(
+        fresh.load(&id).map_err(|e| e.to_string())? == next.with_revision(revision),
+        "the save after the trim does not load"
+    );
+    Ok(failed)
+}
+
+#[test]
+fn every_failing_call_of_a_trim_keeps_the_history_or_drops_exactly_the_revisions_asked() {
+    let calls = {
+        let (_scratch, base) = scratch_dir();
+        let fs = Arc::new(FaultyFileSystem::default());
+        let dir = base.join("store");
+        let (store, id, _) = prepare_trim(&dir, &fs).expect("prepare");
+        fs.disarm();
+        store
+            .trim_history(&id, Revision::from_u64(4))
+            .expect("trim");
+        steps(&fs.disarm())
+    };
+    let (runs, failed, failures) = sweep_calls(&calls, trim_with_fault);
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} faulted trims broke a promise:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(failed > 0);
+    eprintln!("fault injection, trim: {runs} faulted trims over {} calls, {failed} failed with a typed error", calls.len());
+}
+
+// ---------------------------------------------------------------------------------------
+// Forks that share their parent's messages: made, and given their own copy when the
+// parent is deleted, with every call failing.
+// ---------------------------------------------------------------------------------------
+
+/// A parent at revision 2 (a base and a turn) in a store that knows it, as it loads.
+fn prepare_parent(
+    dir: &Path,
+    fs: &Arc<FaultyFileSystem>,
+) -> Result<(FileSessionStore, SessionSnapshot), String> {
+    let setup = |what: &str, e: Error| format!("setup {what}: {e}");
+    let store = open_faulty(dir, fs)?;
+    let id = SessionId::parse(ID).expect("valid id");
+    store
+        .save(&snapshot_on(&id, 0, "parent", 300))
+        .map_err(|e| setup("save", e))?;
+    let head = store.load(&id).map_err(|e| setup("load", e))?;
+    store
+        .save(&appended(&head, "a turn", 200))
+        .map_err(|e| setup("append", e))?;
+    let head = store.load(&id).map_err(|e| setup("load", e))?;
+    Ok((store, head))
+}
+
+/// Whether the fork's base shares its parent's messages (holds `shared_prefix`).
+fn shares(root: &Path, fork: &SessionId) -> bool {
+    std::fs::read(root.join(format!("{fork}.json")))
+        .is_ok_and(|bytes| bytes.windows(15).any(|w| w == b"\"shared_prefix\""))
+}
+
+/// What a fresh store loads of `id`: `None` if there is no such session.
+fn fresh_load(root: &Path, id: &SessionId) -> Result<Option<SessionSnapshot>, String> {
+    let fresh = FileSessionStore::open(root).map_err(|e| format!("reopen: {e}"))?;
+    match fresh.load(id) {
+        Ok(loaded) => Ok(Some(loaded)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(format!("load {id}: {e}")),
+    }
+}
+
+/// Saves a fork of the parent's head (made from the loaded head, so it may share) with
+/// call `k` failing, then checks: the parent loads unchanged; the fork loads as made (and
+/// shares) after success, is absent after a typed error (or either, after `NotDurable`);
+/// no fsync retried, no temporary file; the save again without the fault stores it; and
+/// the parent's delete then gives it its own copy, whatever the fault left in the list of
+/// forks. Returns whether the call failed.
+fn fork_with_fault(fault: Fault, persistence: Persistence, k: usize) -> Result<bool, String> {
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let (store, head) = prepare_parent(&dir, &fs)?;
+    let root = store.dir().to_path_buf();
+    let fork_id = SessionId::parse("fork").expect("valid id");
+    let made = head
+        .fork(fork_id.clone(), ForkAt::End)
+        .map_err(|e| e.to_string())?;
+    fs.arm(k, fault, persistence);
+    let result = store.save(&made);
+    let calls = fs.disarm();
+    check_no_fsync_retry(&calls)?;
+    let cleanup_failed = calls
+        .iter()
+        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+    ensure!(
+        temp_files(&root).len() == usize::from(cleanup_failed),
+        "temporary files left"
+    );
+    ensure!(
+        fresh_load(&root, head.id())?.as_ref() == Some(&head),
+        "the parent changed"
+    );
+    let stored = fresh_load(&root, &fork_id)?;
+    let saved = made.clone().with_revision(Revision::from_u64(1));
+    let failed = match &result {
+        Ok(_) => {
+            ensure!(
+                stored.as_ref() == Some(&saved),
+                "an acknowledged fork does not load"
+            );
+            // A parent that could not be read is not shared: the fork is written whole.
+            ensure!(
+                shares(&root, &fork_id) || calls.iter().any(|c| c.injected),
+                "the fork was written whole"
+            );
+            false
+        }
+        Err(err @ Error::NotDurable { .. }) => {
+            check_not_durable(err, &root, fault.errno(), 1)?;
+            ensure!(
+                stored.is_none() || stored.as_ref() == Some(&saved),
+                "NotDurable, and the fork loads otherwise"
+            );
+            true
+        }
+        Err(err) => {
+            check_io_error(err, &root, fault.errno())?;
+            ensure!(stored.is_none(), "a failed fork left a session");
+            true
+        }
+    };
+    if stored.is_none() {
+        store
+            .save(&made)
+            .map_err(|e| format!("the fork again, without the fault: {e}"))?;
+    }
+    store
+        .delete(head.id())
+        .map_err(|e| format!("delete the parent: {e}"))?;
+    ensure!(
+        fresh_load(&root, &fork_id)?.as_ref() == Some(&saved),
+        "the fork does not load after its parent's delete"
+    );
+    ensure!(
+        !shares(&root, &fork_id),
+        "the fork still shares a deleted parent"
+    );
+    Ok(failed)
+}
+
+/// Deletes a parent whose fork shares its messages with call `k` failing, then checks:
+/// the fork loads as made whatever happened; the parent is whole or gone; an `Ok` means
+/// gone, and the fork holds its own copy; the delete again without the fault succeeds.
+/// Returns whether the call failed.
+fn delete_parent_with_fault(
+    fault: Fault,
+    persistence: Persistence,
+    k: usize,
+) -> Result<bool, String> {
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let (store, head) = prepare_parent(&dir, &fs)?;
+    let root = store.dir().to_path_buf();
+    let fork_id = SessionId::parse("fork").expect("valid id");
+    let fork = store
+        .fork(head.id(), ForkAt::End, fork_id.clone())
+        .map_err(|e| format!("setup fork: {e}"))?;
+    ensure!(shares(&root, &fork_id), "setup: the fork does not share");
+    fs.arm(k, fault, persistence);
+    let result = store.delete(head.id());
+    let calls = fs.disarm();
+    check_no_fsync_retry(&calls)?;
+    ensure!(
+        fresh_load(&root, &fork_id)?.as_ref() == Some(&fork),
+        "the fork does not load as made"
+    );
+    let parent = fresh_load(&root, head.id())?;
+    ensure!(
+        parent.is_none() || parent.as_ref() == Some(&head),
+        "the parent is neither whole nor gone"
+    );
+    let failed = match &result {
+        Ok(()) => {
+            ensure!(parent.is_none(), "an acknowledged delete left the parent");
+            ensure!(!shares(&root, &fork_id), "the fork still shares");
+            false
+        }
+        Err(err) => {
+            if !matches!(err, Error::NotDurable { .. }) {
+                check_io_error(err, &root, fault.errno())?;
+            }
+            true
+        }
+    };
+    if parent.is_some() {
+        store
+            .delete(head.id())
+            .map_err(|e| format!("the delete again, without the fault: {e}"))?;
+    }
+    ensure!(
+        fresh_load(&root, &fork_id)?.as_ref() == Some(&fork),
+        "the fork does not load after the parent's delete"
+    );
+    Ok(failed)
+}
+
+#[test]
+fn every_failing_call_of_a_sharing_fork_and_of_its_parents_delete_keeps_the_fork_loadable() {
+    let fork_calls = {
+        let (_scratch, base) = scratch_dir();
+        let fs = Arc::new(FaultyFileSystem::default());
+        let (store, head) = prepare_parent(&base.join("store"), &fs).expect("prepare");
+        let made = head
+            .fork(SessionId::parse("fork").expect("id"), ForkAt::End)
+            .expect("fork");
+        fs.disarm();
+        store.save(&made).expect("save the fork");
+        steps(&fs.disarm())
+    };
+    // The fork is recorded in the parent's list, durably, before its base is written.
+    let listed = fork_calls
+        .iter()
+        .position(|c| c.1 == "forks" && matches!(c.0, Op::WriteAllAt))
+        .expect("the fork is listed");
+    let written = fork_calls
+        .iter()
+        .position(|c| c.0 == Op::Rename)
+        .expect("the fork's base is written");
+    assert!(listed < written, "{fork_calls:?}");
+    let (runs, failed, failures) = sweep_calls(&fork_calls, fork_with_fault);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(failed > 0);
+    eprintln!(
+        "fault injection, sharing fork: {runs} faulted forks, {failed} failed with a typed error"
+    );
+
+    let delete_calls = {
+        let (_scratch, base) = scratch_dir();
+        let fs = Arc::new(FaultyFileSystem::default());
+        let (store, head) = prepare_parent(&base.join("store"), &fs).expect("prepare");
+        store
+            .fork(
+                head.id(),
+                ForkAt::End,
+                SessionId::parse("fork").expect("id"),
+            )
+            .expect("fork");
+        fs.disarm();
+        store.delete(head.id()).expect("delete");
+        steps(&fs.disarm())
+    };
+    let (runs, failed, failures) = sweep_calls(&delete_calls, delete_parent_with_fault);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(failed > 0);
+    eprintln!("fault injection, delete of a parent with a sharing fork: {runs} faulted deletes over {} calls, {failed} failed with a typed error", delete_calls.len());
 }
