@@ -1,17 +1,23 @@
-//! `FileSessionStore` benchmarks (issue 5): full save, load, one more turn and list, each
-//! beside its physical baseline measured in the same run on the same bytes.
+//! `FileSessionStore` benchmarks (issues 5 and 14): full save, load, one more turn, rewind,
+//! restore, the load of a compacted session, and list, each beside its physical baseline
+//! (or the work it is a fraction of) measured in the same run on the same bytes.
 //!
 //! # Commands
 //!
 //! ```text
-//! cargo bench --bench store                   # the whole matrix (about 3 minutes on 2 cores)
-//! python3 benches/support/ratios.py           # that run's medians and ratios, as Markdown
+//! cargo bench --bench store                   # the whole matrix (about 5 minutes on 2 cores)
+//! python3 benches/support/ratios.py           # that run's medians, ratios and targets
 //!
-//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn, rewind, list or durability
+//! cargo bench --bench store -- append_turn    # one group: save, load, append_turn, rewind,
+//!                                             # restore, compacted_load, list or durability
 //! AGENT_SESSION_BENCH_TRANSCRIPT=t.json cargo bench --bench store  # a make_transcript.py file
 //! AGENT_SESSION_BENCH_TURN=turn.json cargo bench --bench store     # ... --append-turn output
 //! AGENT_SESSION_BENCH_LIST=1000x10,100x10000 cargo bench --bench store -- list
 //! ```
+//!
+//! A filter picks the benchmarks measured, but every group still builds what it measures
+//! (except `list`, which builds its stores on first use), so a filtered run spends a minute
+//! or so saving sessions before its first measurement.
 //!
 //! `ratios.py` reads `target/criterion/` (or the directory given as its argument), so run it
 //! after the benchmark, and read its "measured between" line: a group run later on its own
@@ -23,31 +29,71 @@
 //! messages for the same N (about 1 KB each: `make_transcript.py 1000` prints 979,349
 //! bytes). Each transcript is converted with `Message::from_openai_chat` into a
 //! snapshot with one usage entry per assistant message (one completion each). With
-//! `AGENT_SESSION_BENCH_TRANSCRIPT` set, save, load and one-more-turn measure that file's
-//! transcript only (N = its message count); list always uses the generated workload.
+//! `AGENT_SESSION_BENCH_TRANSCRIPT` set, save, load, one more turn, rewind, restore and
+//! the compacted load measure that file's transcript only (N = its message count); list
+//! always uses the generated workload.
+//!
+//! Every save of a stored session appends one entry to its journal, which is never folded
+//! back into the base: the history is the log. So nothing here puts a session back to N
+//! messages by saving them again (that would append them all); a session that must stay
+//! near N messages is deleted and saved anew instead, untimed.
 //!
 //! # What is measured (group / function / parameter)
 //!
-//! - `save/file_store/N`: `FileSessionStore::save` of a snapshot of N messages over its
-//!   previous revision, written whole: it is built, not loaded, so the store cannot know
-//!   what is already stored (the compare-and-swap still reads the stored header).
-//!   `save/baseline_atomic_write/N`: the same number of bytes written to a temp file,
-//!   `fsync`, `rename` over the target, `fsync` of the directory.
-//! - `load/file_store/N`: `FileSessionStore::load` (read, decode, validate).
-//!   `load/baseline_read_typed/N`: `std::fs::read` of the same file + `serde_json` parse into
-//!   a plain typed mirror of the format (`support/mirror.rs`: serde derives, no checks).
+//! - `save/file_store/N`: `FileSessionStore::save` of a snapshot of N messages as a new
+//!   session (the session deleted before each save, untimed): the whole snapshot written
+//!   as the session's base, which is what a full save is now (a session's first save, or
+//!   one replacing the history). `save/baseline_atomic_write/N`: the same number of bytes
+//!   written to a temp file, `fsync`, `rename` over the target, `fsync` of the directory.
+//!   `save/file_store_edit/N`: the same snapshot, built rather than loaded, saved over the
+//!   stored session: the store cannot know what it shares with the stored state, so it
+//!   appends one entry holding all N messages (every 8 saves, untimed, the session starts
+//!   over, to keep the journal short).
+//! - `load/file_store/N`: `FileSessionStore::load` (read, decode, validate) of a session
+//!   saved once (a base, no journal). `load/baseline_read_typed/N`: `std::fs::read` of the
+//!   same file + `serde_json` parse into a plain typed mirror of the format
+//!   (`support/mirror.rs`: serde derives, no checks).
 //!   `load/baseline_read_value/N`: the same read + parse into `serde_json::Value`.
+//!   `load/file_store_appended/N`: the load of the same messages saved turn by turn, as an
+//!   agent leaves them (a base of the first turn, then one journal entry per turn); its
+//!   baseline is the same `baseline_read_typed/N`, the typed parse of those messages as one
+//!   whole snapshot.
 //! - `append_turn/file_store/N`: save of the session of N messages plus one turn (user
 //!   message, assistant tool call, tool result: `make_transcript.py 0 --append-turn`) over
-//!   the stored revision: the snapshot is loaded from the store and extended with
-//!   `SessionSnapshot::with_appended`, so the store appends the turn to the journal. Every
-//!   16 turns, untimed, the stored session is put back to N messages with a full save
-//!   (which empties the journal), so every measured save adds one turn to N to N + 45
-//!   messages (see `TurnFeeder`). `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages
-//!   as the snapshot encodes them) appended to an open file + `fdatasync`; it does not
-//!   depend on N, so it is measured once. `append_turn/memory_store/N`: the same saves
-//!   into a `MemorySessionStore`, which appends the turn to the state it holds (put back
-//!   to N messages every 1,024 turns instead of 16).
+//!   the stored revision, as a harness does it: the session is loaded once, then extended
+//!   with `SessionSnapshot::with_appended` and saved, turn after turn, and each save appends
+//!   the turn to the journal. Every 16 turns, untimed, the session starts over (deleted,
+//!   saved anew with its N messages, loaded, and given one turn), so every measured save
+//!   adds one turn to a session of N + 3 to N + 48 messages (see `TurnFeeder`).
+//!   `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages as the
+//!   snapshot encodes them) appended to an open file + `fdatasync`; it does not depend on
+//!   N, so it is measured once. `append_turn/memory_store/N`: the same saves into a
+//!   `MemorySessionStore`, which appends the turn to the state it holds (starting over
+//!   every 1,024 turns instead of 16).
+//! - `rewind/file_store/N`: the undo of the last turn, as a harness does it: the session
+//!   of N messages plus a turn, as stored (untimed: the turn appended and saved, through
+//!   the same `TurnFeeder`), rewound in place (`SessionSnapshot::rewind`, one turn) and
+//!   saved, which appends one small entry. `rewind/baseline_append_fdatasync`: an append of
+//!   that entry's size (measured before the group, from the journal's growth) to an open
+//!   file + `fdatasync`.
+//! - `restore/file_store/N`: `SessionStore::restore(id, revision)` on a session of N
+//!   messages saved and then given one turn, going back to its first and its second
+//!   revision in turn, so every iteration appends one restore entry (the store's first
+//!   restore of the session, which reads the log once, is made before, untimed).
+//!   `restore/memory_store/N`: the same on a `MemorySessionStore`.
+//!   `restore/file_store_restore_from/N`: what `Session::restore_from` and a save do, on a
+//!   snapshot: the two revisions loaded once with `load_at` (untimed), then the head set
+//!   back to one of them (`SessionSnapshot::restore_from`) and saved, in turn.
+//!   `restore/baseline_append_fdatasync`: an append of the restore entry's size to an open
+//!   file + `fdatasync`.
+//! - `compacted_load/*/N` (the largest N only): the load of a session of N messages
+//!   compacted to a view of about 200 (`SessionSnapshot::compact`: one summary message in
+//!   place of every turn but the last ones, saved as one compaction entry), saved once
+//!   before it was compacted (`file_store`: a base of N messages) or turn by turn
+//!   (`file_store_appended`: a journal of N / 3 entries); `file_store_full`: the load of
+//!   the same N messages, not compacted, which the target compares them with;
+//!   `file_store_history`: `SessionStore::history` of the compacted session saved once,
+//!   everything read as asked.
 //! - `list/file_store/SxM`: `FileSessionStore::list` of S stored sessions of M messages,
 //!   repeated on one store (which reuses the summaries it decoded while their files are
 //!   unchanged). `list/file_store_fresh/SxM`: the same on a store opened for each listing,
@@ -55,18 +101,14 @@
 //!   `list/baseline_readdir_stat/SxM`: `readdir` + `stat` of every entry of the directory.
 //!   Default: 1000x10, 1000x1000 and 100x10000 (1,000 sessions of 10,000 messages would be
 //!   about 11 GB of snapshots, more than these machines' disk and time budget).
-//!
-//! - `rewind/file_store/N`: the undo of the last turn, as a harness does it: the session
-//!   of N messages plus a turn, as stored (untimed: the turn appended and saved, through
-//!   the same `TurnFeeder`), rewound in place (`SessionSnapshot::rewind`, one turn) and
-//!   saved, which appends one small journal record. `rewind/baseline_append_fdatasync`: a
-//!   record-sized append (`REWIND_RECORD_BYTES`) to an open file + `fdatasync`.
-//! - `durability/{save,append_turn}/{sync,buffered}/1000`: a full save and one more turn
-//!   onto 1,000 messages with `Durability::Sync` (the default) and `Durability::Buffered`.
+//! - `durability/{save,append_turn}/{sync,buffered}/1000`: a full save (of a new session,
+//!   as `save/file_store`) and one more turn onto 1,000 messages with `Durability::Sync`
+//!   (the default) and `Durability::Buffered`.
 //!
 //! N = 10, 100, 1,000 and 10,000. Every file is in the page cache when it is read; writes
 //! go to the file system under the system temporary directory (`TMPDIR`), which should be
-//! the disk being measured, not a tmpfs.
+//! the disk being measured, not a tmpfs. Sessions built turn by turn for a benchmark are
+//! saved with `Durability::Buffered`, which writes the same files faster.
 //!
 //! # PostgreSQL (feature `postgres`)
 //!
@@ -79,6 +121,7 @@
 //!
 //! ```text
 //! scripts/bench-postgres postgres             # a throw-away server; those groups only
+//! scripts/bench-postgres postgres_turn        # one of them
 //! python3 benches/support/ratios.py           # includes the PostgreSQL / file table
 //! ```
 //!
@@ -108,9 +151,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Durability, FileSessionStore, MemorySessionStore, Message, Revision, RewindTo, Role, SessionId,
-    SessionSnapshot, SessionStore, Usage,
+    Compaction, Durability, FileSessionStore, MemorySessionStore, Message, Revision, RewindTo,
+    Role, SessionId, SessionSnapshot, SessionStore, Usage,
 };
+use chrono::Utc;
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput,
@@ -192,6 +236,60 @@ fn snapshot(id: &str, transcript: Vec<Message>) -> SessionSnapshot {
         .expect("workload transcripts pair every tool call")
 }
 
+/// `snapshot` with `turn` appended (one usage entry per assistant message), updated now.
+fn with_turn(snapshot: SessionSnapshot, turn: Vec<Message>) -> SessionSnapshot {
+    // Later than the last update even if the clock has not moved since.
+    let later = (snapshot.updated_at() + chrono::TimeDelta::microseconds(1)).max(Utc::now());
+    let usage = usage_of(&turn);
+    snapshot
+        .with_appended(turn, usage, later)
+        .expect("a turn pairs its tool calls")
+}
+
+/// `transcript` cut into turns, each starting at a user message (the first also holds
+/// whatever comes before its first user message).
+fn turns_of(transcript: Vec<Message>) -> Vec<Vec<Message>> {
+    let mut turns: Vec<Vec<Message>> = Vec::new();
+    for message in transcript {
+        match turns.last_mut() {
+            Some(turn) if message.role != Role::User => turn.push(message),
+            _ => turns.push(vec![message]),
+        }
+    }
+    turns
+}
+
+/// Saves session `id` of `transcript` into the store in `dir` as an agent does: its first
+/// turn saved new (the base), then every later turn appended and saved (the journal).
+/// Buffered, to build it quickly: the files are the same as with `Durability::Sync`.
+fn save_turn_by_turn(dir: &Path, id: &str, transcript: Vec<Message>) -> SessionSnapshot {
+    let store = FileSessionStore::builder()
+        .durability(Durability::Buffered)
+        .open(dir)
+        .expect("open store");
+    let mut turns = turns_of(transcript).into_iter();
+    let first = snapshot(id, turns.next().unwrap_or_default());
+    store.save(&first).expect("save the first turn");
+    // Loaded, as a harness resumes it: a built snapshot does not know what is stored, so
+    // saving it again would append it whole.
+    let mut current = store.load(first.id()).expect("load the first turn");
+    for turn in turns {
+        current = with_turn(current, turn);
+        let revision = store.save(&current).expect("save a turn");
+        current = current.with_revision(revision);
+    }
+    current
+}
+
+/// How many bytes the store holds of session `id` (for the file store, `<id>.json` +
+/// `<id>.journal`).
+fn stored_bytes(store: &dyn SessionStore, id: &SessionId) -> u64 {
+    store
+        .stored_bytes(id)
+        .expect("stored bytes")
+        .expect("the store measures its sessions")
+}
+
 /// Flat sampling and a short window for heavy work, so 10 samples cost about 10
 /// iterations instead of the 55 of linear sampling.
 fn pace(group: &mut BenchmarkGroup<'_, WallTime>, heavy: bool) {
@@ -238,6 +336,34 @@ fn raw_atomic_write(dir: &Path, bytes: &[u8]) {
         .expect("fsync dir");
 }
 
+/// Deletes session `id` if the store holds it.
+fn delete_if_stored(store: &dyn SessionStore, id: &SessionId) {
+    match store.delete(id) {
+        Err(e) if !e.is_not_found() => panic!("delete session {id}: {e}"),
+        _ => {}
+    }
+}
+
+/// Timed: `snapshot` saved as a new session, which writes it whole (as a new base in the
+/// file store). Untimed before each save, the session is deleted.
+fn first_saves(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    store: &dyn SessionStore,
+    snapshot: &SessionSnapshot,
+) {
+    group.bench_function(id, |b| {
+        b.iter_batched(
+            || delete_if_stored(store, snapshot.id()),
+            |()| store.save(snapshot).expect("save"),
+            BatchSize::PerIteration,
+        );
+    });
+}
+
+/// Edit saves between starts over (see `save/file_store_edit`).
+const EDIT_RESTART_SAVES: usize = 8;
+
 fn save(c: &mut Criterion) {
     let mut group = c.benchmark_group("save");
     for n in sizes() {
@@ -249,18 +375,35 @@ fn save(c: &mut Criterion) {
             .to_json_with_revision(Revision::from_u64(1))
             .expect("encode");
         group.throughput(Throughput::Bytes(bytes.len() as u64));
-        let mut current = Some(first);
-        group.bench_with_input(BenchmarkId::new("file_store", n), &n, |b, _| {
-            b.iter(|| {
-                let snapshot = current.take().expect("put back every iteration");
-                let revision = store.save(&snapshot).expect("save");
-                current = Some(snapshot.with_revision(revision));
-            });
-        });
+        first_saves(
+            &mut group,
+            BenchmarkId::new("file_store", n),
+            &store,
+            &first,
+        );
         let raw_dir = dir.path().join("raw");
         std::fs::create_dir(&raw_dir).expect("mkdir");
         group.bench_with_input(BenchmarkId::new("baseline_atomic_write", n), &n, |b, _| {
             b.iter(|| raw_atomic_write(&raw_dir, &bytes));
+        });
+        // The same snapshot saved over the stored session it was not loaded from: one
+        // entry holding every message, appended to the journal. Every few saves, untimed,
+        // the session starts over (deleted and saved new), to keep the journal short.
+        let stored = Cell::new(Revision::NEW);
+        let saves = Cell::new(0_usize);
+        group.bench_with_input(BenchmarkId::new("file_store_edit", n), &n, |b, _| {
+            b.iter_batched(
+                || {
+                    if saves.get().is_multiple_of(EDIT_RESTART_SAVES) {
+                        delete_if_stored(&store, first.id());
+                        stored.set(store.save(&first).expect("save new"));
+                    }
+                    saves.set(saves.get() + 1);
+                    first.clone().with_revision(stored.get())
+                },
+                |edit| stored.set(store.save(&edit).expect("save an edit")),
+                BatchSize::PerIteration,
+            );
         });
     }
     group.finish();
@@ -295,6 +438,15 @@ fn load(c: &mut Criterion) {
                 serde_json::from_slice::<Value>(&bytes).expect("parse")
             });
         });
+        // The same messages saved turn by turn, as an agent leaves them: a base of the
+        // first turn and a journal entry for every later one.
+        let appended = save_turn_by_turn(dir.path(), "appended", snapshot.transcript().to_vec());
+        assert_eq!(appended.transcript(), snapshot.transcript());
+        group.throughput(Throughput::Bytes(stored_bytes(&store, appended.id())));
+        settle();
+        group.bench_with_input(BenchmarkId::new("file_store_appended", n), &n, |b, _| {
+            b.iter(|| store.load(appended.id()).expect("load"));
+        });
     }
     group.finish();
 }
@@ -318,15 +470,15 @@ fn append_turn(c: &mut Criterion) {
             turn.clone(),
         );
         save_turns(&mut group, BenchmarkId::new("file_store", n), &feeder);
-        // Put back far less often: there is no journal to empty, and the first append
-        // after a whole save grows the store's list once (a copy of N messages), which a
-        // session saving after every turn pays once, not every 16 turns.
+        // Starting over far less often: the first append after a whole save grows the
+        // store's list once (a copy of N messages), which a session saving after every
+        // turn pays once, not every 16 turns.
         let memory = MemorySessionStore::new();
-        let feeder = TurnFeeder::rebasing_every(
+        let feeder = TurnFeeder::in_memory(
             &memory,
             snapshot("bench", to_messages(&wire_transcript(n))),
             turn.clone(),
-            MEMORY_REBASE_TURNS,
+            MEMORY_RESTART_TURNS,
         );
         save_turns(&mut group, BenchmarkId::new("memory_store", n), &feeder);
     }
@@ -360,16 +512,31 @@ fn save_turns(group: &mut BenchmarkGroup<'_, WallTime>, id: BenchmarkId, feeder:
     });
 }
 
-/// About the size of the journal record a rewind of one turn appends (a frame header, the
-/// revision, the time and the kept counts).
-const REWIND_RECORD_BYTES: usize = 180;
+/// The bytes `change` makes the file store add to session `bench` of 10 messages and a
+/// turn: the size of the journal entry it appends, for its baseline.
+fn entry_bytes(dir: &Path, turn: &[Message], change: impl FnOnce(&FileSessionStore)) -> usize {
+    let store = FileSessionStore::open(dir).expect("open");
+    let first = snapshot("bench", to_messages(&workload::transcript(10)));
+    two_revisions(&store, &first, turn);
+    let before = stored_bytes(&store, first.id());
+    change(&store);
+    let after = stored_bytes(&store, first.id());
+    usize::try_from(after - before).expect("an entry's size fits in memory")
+}
 
 fn rewind(c: &mut Criterion) {
     let turn = to_messages(&wire_turn());
     let mut group = c.benchmark_group("rewind");
     pace(&mut group, false);
     let dir = tempfile::tempdir().expect("tempdir");
-    baseline_append_fdatasync(&mut group, dir.path(), &[b'r'; REWIND_RECORD_BYTES]);
+    let record = entry_bytes(&dir.path().join("size"), &turn, |store| {
+        let id = SessionId::parse("bench").expect("id");
+        let mut head = store.load(&id).expect("load");
+        head.rewind(RewindTo::LastTurns(1)).expect("rewind");
+        store.save(&head).expect("save the rewind");
+    });
+    group.throughput(Throughput::Bytes(record as u64));
+    baseline_append_fdatasync(&mut group, dir.path(), &vec![b'r'; record]);
     for n in sizes() {
         pace(&mut group, n >= HEAVY_MESSAGES);
         let store = FileSessionStore::open(dir.path().join(format!("store{n}"))).expect("open");
@@ -396,78 +563,106 @@ fn rewind(c: &mut Criterion) {
     group.finish();
 }
 
-/// Turns a `MemorySessionStore` appends before the session is put back to N messages.
-const MEMORY_REBASE_TURNS: usize = 1_024;
+/// Turns a `MemorySessionStore` appends before the session starts over at N messages.
+const MEMORY_RESTART_TURNS: usize = 1_024;
 
-/// Turns to append before the session is put back to its N messages.
-const REBASE_TURNS: usize = 16;
+/// Turns appended before the session starts over at its N messages.
+const RESTART_TURNS: usize = 16;
 
 /// Feeds "one more turn" saves: the session of N messages, loaded from the store and
-/// extended by one turn per iteration, as an agent saving after each turn does. Every
-/// [`REBASE_TURNS`] turns, untimed, it is put back to N messages with a full save (which
-/// also empties the journal) and loaded again, so each measured save adds a turn to N to
-/// N + 45 messages. (Putting it back before every save would measure a save right after
-/// reading N messages, whose caches that read has just flushed, not the save.)
+/// extended by one turn per iteration, as an agent saving after each turn does.
+///
+/// Every save of a stored session appends an entry (the journal is never folded), so the
+/// session cannot be put back to N messages by saving them again: that would append them
+/// all to its history. Instead, every [`RESTART_TURNS`] turns, untimed, it starts over
+/// ([`start_over`](Self::start_over)): deleted, saved anew with its N messages, loaded
+/// again, and given one turn (whose save creates the journal and syncs the directory,
+/// which a session pays once). So every measured save adds one turn to a session of
+/// N + 3 to N + 48 messages whose history is that long too. (Starting over before every
+/// save would measure a save right after reading N messages, whose caches that read has
+/// just flushed, not the save.)
 struct TurnFeeder<'a> {
     store: &'a dyn SessionStore,
     base: SessionSnapshot,
     turn: Vec<Message>,
     current: RefCell<Option<SessionSnapshot>>,
     turns: Cell<usize>,
-    stored: Cell<Revision>,
-    /// Turns between rebases ([`REBASE_TURNS`] unless set).
-    rebase: usize,
+    /// Turns between starts over ([`RESTART_TURNS`] unless set).
+    restart: usize,
+    /// Whether the store writes files: then the file systems are flushed after starting
+    /// over ([`settle`]).
+    on_disk: bool,
 }
 
 impl<'a> TurnFeeder<'a> {
+    /// A feeder for a store that writes files.
     fn new(store: &'a dyn SessionStore, base: SessionSnapshot, turn: Vec<Message>) -> Self {
-        Self::rebasing_every(store, base, turn, REBASE_TURNS)
-    }
-
-    /// A feeder that puts the session back to N messages every `rebase` turns.
-    fn rebasing_every(
-        store: &'a dyn SessionStore,
-        base: SessionSnapshot,
-        turn: Vec<Message>,
-        rebase: usize,
-    ) -> Self {
         TurnFeeder {
             store,
             base,
             turn,
             current: RefCell::new(None),
             turns: Cell::new(0),
-            stored: Cell::new(Revision::NEW),
-            rebase,
+            restart: RESTART_TURNS,
+            on_disk: true,
         }
+    }
+
+    /// A feeder for a store in memory, starting over every `restart` turns.
+    fn in_memory(
+        store: &'a dyn SessionStore,
+        base: SessionSnapshot,
+        turn: Vec<Message>,
+        restart: usize,
+    ) -> Self {
+        TurnFeeder {
+            restart,
+            on_disk: false,
+            ..TurnFeeder::new(store, base, turn)
+        }
+    }
+
+    /// `snapshot` one turn longer.
+    fn extended(&self, snapshot: SessionSnapshot) -> SessionSnapshot {
+        with_turn(snapshot, self.turn.clone())
+    }
+
+    /// Untimed: the session deleted, saved anew with its N messages, loaded as a harness
+    /// resumes it, and one turn saved onto it.
+    fn start_over(&self) -> SessionSnapshot {
+        let id = self.base.id();
+        delete_if_stored(self.store, id);
+        self.store.save(&self.base).expect("save N messages");
+        let loaded = self.store.load(id).expect("load N messages");
+        let mut first = self.extended(loaded);
+        self.save(&mut first);
+        if self.on_disk {
+            settle();
+        }
+        self.current
+            .borrow_mut()
+            .take()
+            .expect("the first turn was saved")
     }
 
     /// Untimed: the next snapshot to save, one turn longer than the stored one.
     fn next(&self) -> SessionSnapshot {
         let current = self.current.borrow_mut().take();
         let current = match current {
-            Some(current) if self.turns.get() < self.rebase => current,
+            Some(current) if self.turns.get() < self.restart => current,
             _ => {
-                let reset = self.base.clone().with_revision(self.stored.get());
-                self.stored
-                    .set(self.store.save(&reset).expect("save N messages"));
                 self.turns.set(0);
-                let loaded = self.store.load(self.base.id()).expect("load N messages");
-                settle();
-                loaded
+                self.start_over()
             }
         };
         self.turns.set(self.turns.get() + 1);
-        let later = current.updated_at() + chrono::TimeDelta::milliseconds(1);
-        current
-            .with_appended(self.turn.clone(), usage_of(&self.turn), later)
-            .expect("the turn pairs its tool call")
+        self.extended(current)
     }
 
-    /// Timed: the save, and keeping the saved snapshot for the next turn.
+    /// Timed: the save, and keeping the saved snapshot for the next turn (as a session
+    /// does: the snapshot shares its messages, so this copies none).
     fn save(&self, next: &mut SessionSnapshot) {
         let revision = self.store.save(next).expect("save one more turn");
-        self.stored.set(revision);
         *self.current.borrow_mut() = Some(next.clone().with_revision(revision));
     }
 
@@ -479,6 +674,164 @@ impl<'a> TurnFeeder<'a> {
             .take()
             .expect("a snapshot was saved")
     }
+}
+
+/// Session `snapshot` (N messages) saved new, then with one more turn: its two revisions.
+fn two_revisions(
+    store: &dyn SessionStore,
+    snapshot: &SessionSnapshot,
+    turn: &[Message],
+) -> [Revision; 2] {
+    let first = store.save(snapshot).expect("save N messages");
+    let loaded = store.load(snapshot.id()).expect("load N messages");
+    let second = store
+        .save(&with_turn(loaded, turn.to_vec()))
+        .expect("save a turn");
+    [first, second]
+}
+
+/// `store.restore` of session `bench`, going back to each of `revisions` in turn: every
+/// iteration appends one restore entry. One restore first, untimed: the file store's
+/// first restore of a session in a process reads the log once.
+fn restore_alternating(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    store: &dyn SessionStore,
+    revisions: [Revision; 2],
+) {
+    let session = SessionId::parse("bench").expect("id");
+    store.restore(&session, revisions[0]).expect("restore");
+    let next = Cell::new(1);
+    group.bench_function(id, |b| {
+        b.iter(|| {
+            let i = next.get();
+            next.set(i + 1);
+            store.restore(&session, revisions[i % 2]).expect("restore")
+        });
+    });
+}
+
+fn restore(c: &mut Criterion) {
+    let turn = to_messages(&wire_turn());
+    let mut group = c.benchmark_group("restore");
+    pace(&mut group, false);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entry = entry_bytes(&dir.path().join("size"), &turn, |store| {
+        let id = SessionId::parse("bench").expect("id");
+        store.restore(&id, Revision::from_u64(1)).expect("restore");
+    });
+    group.throughput(Throughput::Bytes(entry as u64));
+    baseline_append_fdatasync(&mut group, dir.path(), &vec![b'r'; entry]);
+    for n in sizes() {
+        pace(&mut group, n >= HEAVY_MESSAGES);
+        let messages = to_messages(&wire_transcript(n));
+        let store = FileSessionStore::open(dir.path().join(format!("store{n}"))).expect("open");
+        let revisions = two_revisions(&store, &snapshot("bench", messages.clone()), &turn);
+        settle();
+        restore_alternating(
+            &mut group,
+            BenchmarkId::new("file_store", n),
+            &store,
+            revisions,
+        );
+
+        let memory = MemorySessionStore::new();
+        let revisions = two_revisions(&memory, &snapshot("bench", messages.clone()), &turn);
+        restore_alternating(
+            &mut group,
+            BenchmarkId::new("memory_store", n),
+            &memory,
+            revisions,
+        );
+
+        // What `Session::restore_from` and a save do: the revision loaded once (untimed),
+        // then the head set back to it and saved.
+        let revisions = two_revisions(&store, &snapshot("restore_from", messages), &turn);
+        let id = SessionId::parse("restore_from").expect("id");
+        let pasts = revisions.map(|revision| store.load_at(&id, revision).expect("load_at"));
+        let head = RefCell::new(Some(store.load(&id).expect("load")));
+        let next = Cell::new(0);
+        settle();
+        group.bench_function(BenchmarkId::new("file_store_restore_from", n), |b| {
+            b.iter(|| {
+                let i = next.get();
+                next.set(i + 1);
+                let mut restored = head.borrow_mut().take().expect("put back every iteration");
+                restored.restore_from(&pasts[i % 2]).expect("restore_from");
+                let revision = store.save(&restored).expect("save the restore");
+                *head.borrow_mut() = Some(restored.with_revision(revision));
+            });
+        });
+    }
+    group.finish();
+}
+
+/// Messages in the view of the compacted sessions: a summary, then the last turns.
+const COMPACTED_VIEW: usize = 200;
+
+/// Compacts stored session `id` so that its view holds about [`COMPACTED_VIEW`] messages
+/// (one summary message, then every turn from the last one that leaves at least that
+/// many), saves it, and returns the view's length.
+fn compact_stored(store: &dyn SessionStore, id: &str) -> usize {
+    let id = SessionId::parse(id).expect("id");
+    let mut head = store.load(&id).expect("load");
+    let view = head.transcript();
+    let point = (0..=view.len() - (COMPACTED_VIEW - 1))
+        .rev()
+        .find(|&i| view[i].role == Role::User)
+        .expect("a turn starts early enough");
+    let summary = Message::user(format!(
+        "Summary of the first {point} messages: {}",
+        "the agent read, searched and changed the crate's files; ".repeat(16)
+    ));
+    head.compact(Compaction::new(point, vec![summary]))
+        .expect("compact at a turn's start");
+    let revision = store.save(&head).expect("save the compaction");
+    let compacted = head.with_revision(revision);
+    compacted.transcript().len()
+}
+
+fn compacted_load(c: &mut Criterion) {
+    let mut group = c.benchmark_group("compacted_load");
+    // The largest size only (10,000 messages, or the transcript file's if it is long enough).
+    let Some(n) = sizes()
+        .into_iter()
+        .max()
+        .filter(|&n| n >= 2 * COMPACTED_VIEW)
+    else {
+        return;
+    };
+    pace(&mut group, true);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FileSessionStore::open(dir.path()).expect("open store");
+    let messages = to_messages(&wire_transcript(n));
+    let full = snapshot("full", messages.clone());
+    store.save(&full).expect("save");
+    store
+        .save(&snapshot("compacted", messages.clone()))
+        .expect("save");
+    let view = compact_stored(&store, "compacted");
+    save_turn_by_turn(dir.path(), "compacted_turns", messages);
+    assert_eq!(compact_stored(&store, "compacted_turns"), view);
+    eprintln!("compacted_load/{n}: views of {view} messages");
+    settle();
+    for (function, id) in [
+        ("file_store_full", "full"),
+        ("file_store", "compacted"),
+        ("file_store_appended", "compacted_turns"),
+    ] {
+        let id = SessionId::parse(id).expect("id");
+        group.throughput(Throughput::Bytes(stored_bytes(&store, &id)));
+        group.bench_function(BenchmarkId::new(function, n), |b| {
+            b.iter(|| store.load(&id).expect("load"));
+        });
+    }
+    let id = SessionId::parse("compacted").expect("id");
+    group.throughput(Throughput::Bytes(stored_bytes(&store, &id)));
+    group.bench_function(BenchmarkId::new("file_store_history", n), |b| {
+        b.iter(|| store.history(&id).expect("history"));
+    });
+    group.finish();
 }
 
 /// Full save and one more turn onto 1,000 messages with each [`Durability`] level.
@@ -497,14 +850,12 @@ fn durability(c: &mut Criterion) {
             .open(dir.path())
             .expect("open");
         let base = snapshot("bench", to_messages(&workload::transcript(N)));
-        let stored = Cell::new(store.save(&base).expect("save"));
-        group.bench_function(BenchmarkId::new(format!("save/{label}"), N), |b| {
-            b.iter(|| {
-                let again = base.clone().with_revision(stored.get());
-                stored.set(store.save(&again).expect("save"));
-            });
-        });
-        // Its own session: the full-save benchmark above keeps "bench" at its revisions.
+        first_saves(
+            &mut group,
+            BenchmarkId::new(format!("save/{label}"), N),
+            &store,
+            &base,
+        );
         let feeder = TurnFeeder::new(
             &store,
             snapshot("turns", base.transcript().to_vec()),
@@ -599,7 +950,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = save, load, append_turn, rewind, list, durability
+    targets = save, load, append_turn, rewind, restore, compacted_load, list, durability
 }
 
 // PostgresSessionStore beside FileSessionStore (support/postgres.rs).

@@ -20,7 +20,8 @@ use std::path::Path;
 use std::process::Command;
 
 use agent_session::{
-    FileSessionStore, Message, Role, SessionId, SessionSnapshot, SessionStore, Usage,
+    Compaction, Durability, FileSessionStore, Message, Role, SessionId, SessionSnapshot,
+    SessionStore, Usage,
 };
 
 /// `peak / size` for printing, in hundredths (exact integer arithmetic).
@@ -135,6 +136,73 @@ fn loading_a_10_000_message_session_peaks_below_three_times_its_size() {
     let (peak, size) = peak_of_load(dir.path(), "big");
     eprintln!(
         "base + journal: {size} bytes on disk, load peak growth {peak} bytes ({} x)",
+        times(peak, size)
+    );
+    assert!(peak <= 3 * size, "peak {peak} > 3 x {size}");
+}
+
+/// A session as an agent leaves it, saved after every turn: a base of the first turn and a
+/// journal entry for each of the others, all read at once before the entries needed are
+/// decoded; then the same session compacted to a view of its last turns.
+#[test]
+fn loading_a_10_000_message_session_saved_turn_by_turn_peaks_below_three_times_its_size() {
+    if status_kib("VmHWM:").is_none() {
+        eprintln!("skipped: /proc/self/status has no VmHWM on this platform");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Buffered: the same files as Sync, without 3,000 fsyncs.
+    let store = FileSessionStore::builder()
+        .durability(Durability::Buffered)
+        .open(dir.path())
+        .expect("open");
+    let mut turns: Vec<Vec<Message>> = Vec::new();
+    for message in messages(&workload::transcript(MESSAGES)) {
+        match turns.last_mut() {
+            Some(turn) if message.role != Role::User => turn.push(message),
+            _ => turns.push(vec![message]),
+        }
+    }
+    let mut turns = turns.into_iter();
+    let first = turns.next().expect("a first turn");
+    let snapshot = SessionSnapshot::builder(SessionId::parse("turns").expect("id"), "m")
+        .usage(usage_of(&first))
+        .transcript(first)
+        .build()
+        .expect("build");
+    store.save(&snapshot).expect("save");
+    let mut current = store.load(snapshot.id()).expect("load");
+    for turn in turns {
+        let usage = usage_of(&turn);
+        let later =
+            (current.updated_at() + chrono::TimeDelta::microseconds(1)).max(chrono::Utc::now());
+        current = current.with_appended(turn, usage, later).expect("append");
+        let revision = store.save(&current).expect("save a turn");
+        current = current.with_revision(revision);
+    }
+    assert_eq!(current.transcript().len(), MESSAGES);
+    let (peak, size) = peak_of_load(dir.path(), "turns");
+    eprintln!(
+        "saved turn by turn: {size} bytes on disk, load peak growth {peak} bytes ({} x)",
+        times(peak, size)
+    );
+    assert!(peak <= 3 * size, "peak {peak} > 3 x {size}");
+
+    // Compacted to its last turns: the journal is read whole, its other entries are not
+    // decoded.
+    let view = current.transcript();
+    let point = (0..view.len() - 199)
+        .rev()
+        .find(|&i| view[i].role == Role::User)
+        .expect("a turn starts early enough");
+    current
+        .compact(Compaction::new(point, vec![Message::user("Summary.")]))
+        .expect("compact");
+    store.save(&current).expect("save the compaction");
+    let (peak, size) = peak_of_load(dir.path(), "turns");
+    eprintln!(
+        "compacted to {} messages: {size} bytes on disk, load peak growth {peak} bytes ({} x)",
+        current.transcript().len(),
         times(peak, size)
     );
     assert!(peak <= 3 * size, "peak {peak} > 3 x {size}");

@@ -13,22 +13,24 @@
 //!
 //! # What is measured (group / function / parameter)
 //!
-//! - `postgres_save/{file_store,postgres_store}/N`: a full save of a built snapshot of N
-//!   messages over its previous revision (as `save/file_store/N`).
-//!   `postgres_save/postgres_floor/N`: the store's `UPDATE … WHERE id = $1 AND revision =
-//!   $7` with the same snapshot bytes and summary, prepared, on a copy of the store's table
-//!   (same columns, indexes and TOAST compression).
+//! - `postgres_save/{file_store,postgres_store}/N`: a full save: a snapshot of N messages
+//!   saved as a new session (the session deleted before each save, untimed), as
+//!   `save/file_store/N`. `postgres_save/postgres_floor/N`: the store's `INSERT … ON
+//!   CONFLICT DO NOTHING` with the same snapshot bytes and summary, prepared, into a copy
+//!   of the store's table (same columns, indexes and TOAST compression), the row deleted
+//!   before each insert, untimed.
 //! - `postgres_load/{file_store,postgres_store}/N`: load (read, decode, validate).
 //!   `postgres_load/postgres_floor/N`: `SELECT revision, snapshot` of that row, prepared,
 //!   and a `serde_json` parse into the typed mirror (`support/mirror.rs`), as
 //!   `load/baseline_read_typed/N` is for files.
 //! - `postgres_turn/{file_store,postgres_store}/N`: save of the loaded session of N
-//!   messages extended by one turn (`TurnFeeder`: put back to N messages every 16 turns,
-//!   then `sync(1)` and a pause, untimed, for both stores). The file store appends the turn
-//!   to its journal; PostgreSQL has no journal, so the store rewrites the whole row, N + 3
-//!   to N + 48 messages.
-//!   `postgres_turn/postgres_floor/N`: the store's `UPDATE` with the bytes of those same 16
-//!   snapshots (N + 3, N + 6, … N + 48 messages), in turn.
+//!   messages extended by one turn (`TurnFeeder`: every 16 turns the session starts over,
+//!   deleted and saved anew with its N messages, then `sync(1)` and a pause, untimed, for
+//!   both stores). Both stores append the turn: the file store to its journal, PostgreSQL
+//!   one row of `entries`, in the statement that moves the session row's revision.
+//!   `postgres_turn/postgres_floor/N`: that statement (`WITH moved AS (UPDATE sessions …
+//!   RETURNING id) INSERT INTO entries …`), prepared, on copies of the two tables, with
+//!   the bytes of the entry the store wrote for the same turn.
 //! - `postgres_list/{file_store,file_store_fresh,postgres_store}/SxM`: `list()` of S
 //!   sessions of M messages (`file_store_fresh`: a file store opened for each listing).
 //!   `postgres_list/postgres_floor/SxM`: the listing's rows (`id, summary, archived`,
@@ -37,7 +39,7 @@
 //!   of 50 (`list_page(50, None)`; the floor: the same query with `LIMIT 51`).
 //!
 //! N = 10, 1,000 and 10,000 (or the message count of `AGENT_SESSION_BENCH_TRANSCRIPT`);
-//! S x M = 100x10 and 1000x10. About 2 minutes 10 seconds on 2 cores, all groups.
+//! S x M = 100x10 and 1000x10. About 2 minutes on 2 cores, all groups.
 
 use std::cell::{Cell, OnceCell};
 use std::future::Future;
@@ -51,8 +53,8 @@ use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::{
-    build_list_store, file_transcript, snapshot, to_messages, usage_of, wire_transcript, wire_turn,
-    TurnFeeder, HEAVY_MESSAGES, REBASE_TURNS,
+    build_list_store, delete_if_stored, file_transcript, first_saves, snapshot, to_messages,
+    wire_transcript, wire_turn, with_turn, TurnFeeder, HEAVY_MESSAGES,
 };
 
 /// The variable naming the server: a libpq key-value string or a `postgresql://` URL.
@@ -224,38 +226,117 @@ struct PgCase {
 }
 
 impl PgCase {
-    /// Saves `snapshot` through the store as session `floor`, then moves its row (the
-    /// store's own bytes and summary) into the floor's table.
-    fn floor_row(&self, snapshot: &agent_session::SessionSnapshot) -> FloorRow {
-        assert_eq!(snapshot.id().as_str(), "floor");
-        let first = snapshot.clone().with_revision(Revision::NEW);
-        self.store.save(&first).expect("save the floor's session");
+    /// Moves the row of session `floor` (the store's own bytes and summary) from the
+    /// store's table into the floor's, and returns its columns `revision`, `created_ns`,
+    /// `updated_ns`, `summary` and `state_counts`. Its entries, if any, go with the store's
+    /// row.
+    fn move_floor_row(&self) -> tokio_postgres::Row {
         let schema = &self.schema;
-        let row = self
-            .server
+        self.server
             .block_on(self.server.client.query_one(
                 &format!(
                     "WITH moved AS (DELETE FROM {schema}.sessions WHERE id = 'floor' RETURNING *)
                      INSERT INTO {schema}.floor SELECT * FROM moved
-                     RETURNING revision, created_ns, updated_ns, summary"
+                     RETURNING revision, created_ns, updated_ns, summary, state_counts"
                 ),
                 &[],
             ))
-            .expect("move the row into the floor's table");
+            .expect("move the row into the floor's table")
+    }
+
+    /// Saves `snapshot` through the store as session `floor`, then moves its row into the
+    /// floor's table.
+    fn floor_row(&self, snapshot: &agent_session::SessionSnapshot) -> FloorRow {
+        assert_eq!(snapshot.id().as_str(), "floor");
+        let first = snapshot.clone().with_revision(Revision::NEW);
+        self.store.save(&first).expect("save the floor's session");
+        let row = self.move_floor_row();
+        let schema = &self.schema;
         FloorRow {
             server: self.server,
-            update: self.server.prepare(&format!(
-                "UPDATE {schema}.floor
-                 SET revision = $2, created_ns = $3, updated_ns = $4, summary = $5, snapshot = $6
-                 WHERE id = $1 AND revision = $7"
+            insert: self.server.prepare(&format!(
+                "INSERT INTO {schema}.floor
+                 (id, revision, created_ns, updated_ns, summary, snapshot, journal_bytes,
+                  state_counts)
+                 VALUES ($1, $2, $3, $4, $5, $6, 0, $7)
+                 ON CONFLICT (id) DO NOTHING"
             )),
+            delete: self
+                .server
+                .prepare(&format!("DELETE FROM {schema}.floor WHERE id = $1")),
             select: self.server.prepare(&format!(
                 "SELECT revision, snapshot FROM {schema}.floor WHERE id = $1"
+            )),
+            created_ns: row.get(1),
+            updated_ns: row.get(2),
+            summary: row.get(3),
+            state_counts: row.get(4),
+        }
+    }
+
+    /// Saves `snapshot` through the store as session `floor` and then one more `turn`,
+    /// takes the entry the store appended for it, and moves the session's row into the
+    /// floor's table, beside an empty copy of the entries table for the floor's appends.
+    fn floor_append(
+        &self,
+        snapshot: &agent_session::SessionSnapshot,
+        turn: &[agent_session::Message],
+    ) -> FloorAppend {
+        assert_eq!(snapshot.id().as_str(), "floor");
+        self.store
+            .save(&snapshot.clone().with_revision(Revision::NEW))
+            .expect("save the floor's session");
+        let loaded = self
+            .store
+            .load(snapshot.id())
+            .expect("load the floor's session");
+        let revision = self
+            .store
+            .save(&with_turn(loaded, turn.to_vec()))
+            .expect("save a turn onto the floor's session");
+        let schema = &self.schema;
+        let entry = self
+            .server
+            .block_on(self.server.client.query_one(
+                &format!(
+                    "SELECT record, format FROM {schema}.entries
+                     WHERE session_id = 'floor' AND revision = $1"
+                ),
+                &[&i64::try_from(revision.as_u64()).expect("a bigint revision")],
+            ))
+            .expect("read the turn's entry");
+        self.server
+            .block_on(self.server.client.batch_execute(&format!(
+                "CREATE TABLE {schema}.floor_entries (
+                     LIKE {schema}.entries INCLUDING ALL,
+                     FOREIGN KEY (session_id) REFERENCES {schema}.floor (id) ON DELETE CASCADE
+                 )"
+            )))
+            .expect("create the floor's entries table");
+        let row = self.move_floor_row();
+        FloorAppend {
+            server: self.server,
+            append: self.server.prepare(&format!(
+                "WITH moved AS (
+                    UPDATE {schema}.floor
+                       SET revision = $2, updated_ns = $3, summary = $4,
+                           journal_bytes = journal_bytes + $5::bigint,
+                           state_counts = $10
+                     WHERE id = $1 AND revision = $6 AND created_ns = $7
+                       AND ($8::bigint IS NULL OR updated_ns = $8)
+                       AND ($11::text IS NULL OR state_counts = $11)
+                       AND journal_bytes + $5::bigint <= $9::bigint
+                    RETURNING id)
+                 INSERT INTO {schema}.floor_entries (session_id, revision, record, format)
+                 SELECT id, $2, $12, $13 FROM moved"
             )),
             revision: Cell::new(row.get(0)),
             created_ns: row.get(1),
             updated_ns: row.get(2),
             summary: row.get(3),
+            state_counts: row.get(4),
+            record: entry.get(0),
+            format: entry.get(1),
         }
     }
 
@@ -278,35 +359,41 @@ impl PgCase {
 /// One row of the floor's table and the store's statements on it, prepared.
 struct FloorRow {
     server: &'static Server,
-    update: Statement,
+    insert: Statement,
+    delete: Statement,
     select: Statement,
-    revision: Cell<i64>,
     created_ns: i64,
     updated_ns: i64,
     summary: String,
+    state_counts: String,
 }
 
 impl FloorRow {
-    /// The store's compare-and-swap `UPDATE`, with `bytes` as the snapshot.
-    fn update(&self, bytes: &[u8]) {
-        let (old, new) = (self.revision.get(), self.revision.get() + 1);
+    /// The store's `INSERT` of a new session, with `bytes` as the snapshot.
+    fn insert(&self, bytes: &[u8]) {
         let written = self
             .server
             .block_on(self.server.client.execute(
-                &self.update,
+                &self.insert,
                 &[
                     &"floor",
-                    &new,
+                    &1_i64,
                     &self.created_ns,
                     &self.updated_ns,
                     &self.summary,
                     &bytes,
-                    &old,
+                    &self.state_counts,
                 ],
             ))
-            .expect("update the floor's row");
-        assert_eq!(written, 1, "the floor's compare-and-swap");
-        self.revision.set(new);
+            .expect("insert the floor's row");
+        assert_eq!(written, 1, "the floor's row was deleted before");
+    }
+
+    /// Deletes the row, if it is there.
+    fn delete(&self) {
+        self.server
+            .block_on(self.server.client.execute(&self.delete, &[&"floor"]))
+            .expect("delete the floor's row");
     }
 
     /// The row's revision and snapshot bytes, parsed into the typed mirror.
@@ -317,6 +404,52 @@ impl FloorRow {
             .expect("select the floor's row");
         let _revision: i64 = row.get(0);
         serde_json::from_slice(row.get::<_, &[u8]>(1)).expect("parse the floor's snapshot")
+    }
+}
+
+/// The floor's session row and the store's append statement on it, prepared, with the
+/// bytes of one turn's entry as the store wrote them.
+struct FloorAppend {
+    server: &'static Server,
+    append: Statement,
+    revision: Cell<i64>,
+    created_ns: i64,
+    updated_ns: i64,
+    summary: String,
+    state_counts: String,
+    record: Vec<u8>,
+    format: i16,
+}
+
+impl FloorAppend {
+    /// The store's compare-and-swap append: the row moved to the next revision and the
+    /// entry inserted, in one statement.
+    fn append(&self) {
+        let (old, new) = (self.revision.get(), self.revision.get() + 1);
+        let entry_len = i64::try_from(self.record.len()).expect("a bigint length");
+        let written = self
+            .server
+            .block_on(self.server.client.execute(
+                &self.append,
+                &[
+                    &"floor",
+                    &new,
+                    &self.updated_ns,
+                    &self.summary,
+                    &entry_len,
+                    &old,
+                    &self.created_ns,
+                    &Some(self.updated_ns),
+                    &i64::MAX,
+                    &self.state_counts,
+                    &Some(self.state_counts.as_str()),
+                    &self.record,
+                    &self.format,
+                ],
+            ))
+            .expect("append to the floor's session");
+        assert_eq!(written, 1, "the floor's compare-and-swap");
+        self.revision.set(new);
     }
 }
 
@@ -336,31 +469,27 @@ pub fn save(c: &mut Criterion) {
 
         let dir = tempfile::tempdir().expect("tempdir");
         let file = FileSessionStore::open(dir.path()).expect("open store");
-        let mut current = Some(first.clone());
-        group.bench_with_input(BenchmarkId::new("file_store", n), &n, |b, _| {
-            b.iter(|| {
-                let snapshot = current.take().expect("put back every iteration");
-                let revision = file.save(&snapshot).expect("save");
-                current = Some(snapshot.with_revision(revision));
-            });
-        });
+        first_saves(&mut group, BenchmarkId::new("file_store", n), &file, &first);
 
         let case = OnceCell::new();
         let case = || case.get_or_init(|| server().store(&format!("save{n}")));
-        let mut current = Some(first);
         group.bench_with_input(BenchmarkId::new("postgres_store", n), &n, |b, _| {
             let store = &case().store;
-            b.iter(|| {
-                let snapshot = current.take().expect("put back every iteration");
-                let revision = store.save(&snapshot).expect("save");
-                current = Some(snapshot.with_revision(revision));
-            });
+            b.iter_batched(
+                || delete_if_stored(store, first.id()),
+                |()| store.save(&first).expect("save"),
+                BatchSize::PerIteration,
+            );
         });
         let floor = OnceCell::new();
         group.bench_with_input(BenchmarkId::new("postgres_floor", n), &n, |b, _| {
             let floor =
                 floor.get_or_init(|| case().floor_row(&snapshot("floor", messages.clone())));
-            b.iter(|| floor.update(&bytes));
+            b.iter_batched(
+                || floor.delete(),
+                |()| floor.insert(&bytes),
+                BatchSize::PerIteration,
+            );
         });
     }
     group.finish();
@@ -448,33 +577,11 @@ pub fn append_turn(c: &mut Criterion) {
         });
 
         let floor = OnceCell::new();
-        let next = Cell::new(0);
         group.bench_function(BenchmarkId::new("postgres_floor", n), |b| {
-            let (floor, extended) = floor.get_or_init(|| {
-                let floor_base = snapshot("floor", base.transcript().to_vec());
-                let floor = case().floor_row(&floor_base);
-                // The snapshots the store writes: N + 3, N + 6, ... N + 48 messages.
-                let mut grown = floor_base;
-                let mut later = grown.updated_at();
-                let extended: Vec<Vec<u8>> = (0..REBASE_TURNS)
-                    .map(|_| {
-                        later += chrono::TimeDelta::seconds(1);
-                        grown = grown
-                            .clone()
-                            .with_appended(turn.clone(), usage_of(&turn), later)
-                            .expect("the turn pairs its tool call");
-                        grown
-                            .to_json_with_revision(Revision::from_u64(2))
-                            .expect("encode")
-                    })
-                    .collect();
-                (floor, extended)
+            let floor = floor.get_or_init(|| {
+                case().floor_append(&snapshot("floor", base.transcript().to_vec()), &turn)
             });
-            b.iter(|| {
-                let i = next.get();
-                next.set((i + 1) % extended.len());
-                floor.update(&extended[i]);
-            });
+            b.iter(|| floor.append());
         });
     }
     group.finish();

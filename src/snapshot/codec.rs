@@ -69,93 +69,64 @@ fn optional_shared_prefix<'de, D: serde::Deserializer<'de>>(
     strict::object(d).map(Some)
 }
 
-/// A transcript encoded as a JSON array, in one or more consecutive chunks.
-struct EncodedArray {
-    /// Each chunk is itself a JSON array of consecutive messages.
-    chunks: Vec<Vec<u8>>,
-    /// The total length of the chunks.
-    bytes: usize,
-    /// The deepest nesting in the array, counting the array itself.
-    depth: usize,
-}
-
-impl EncodedArray {
-    /// Writes the chunks as one array.
-    fn write_into(&self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        let mut first = true;
-        for chunk in &self.chunks {
-            let inner = &chunk[1..chunk.len() - 1];
-            if inner.is_empty() {
-                continue;
-            }
-            if !first {
-                out.push(b',');
-            }
-            out.extend_from_slice(inner);
-            first = false;
-        }
-        out.push(b']');
-    }
-}
-
 /// Transcripts with fewer messages than this are encoded on the calling thread: below it
 /// a thread costs more than it saves.
 pub(super) const PARALLEL_MESSAGES: usize = 256;
 
-/// Encodes `messages` as a JSON array, splitting a long transcript between threads (at
-/// most 4, and no more than the machine has cores); the bytes are the same as
-/// `serde_json::to_vec(messages)`.
-fn encode_in_parallel(messages: &[Message]) -> serde_json::Result<EncodedArray> {
+/// Appends `messages` to `out` as a JSON array (the bytes of
+/// `serde_json::to_vec(messages)`) and returns the deepest nesting in it, counting the
+/// array itself. A long transcript is split between threads (at most 4, and no more than
+/// the machine has cores): the first part is encoded on the calling thread straight into
+/// `out`, the others into buffers of their own that are then appended, so most of the
+/// bytes are written once.
+fn encode_transcript_into(out: &mut Vec<u8>, messages: &[Message]) -> serde_json::Result<usize> {
     let threads = if messages.len() < PARALLEL_MESSAGES {
         1
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
     };
+    if threads == 1 {
+        return json::write_measuring_depth(out, messages);
+    }
     let encode = |part: &[Message]| -> serde_json::Result<(Vec<u8>, usize)> {
         let mut bytes = Vec::with_capacity(part.len() * 1024);
         let depth = json::write_measuring_depth(&mut bytes, part)?;
         Ok((bytes, depth))
     };
-    let parts: Vec<&[Message]> = messages
-        .chunks(messages.len().div_ceil(threads).max(1))
-        .collect();
-    let results: Vec<serde_json::Result<(Vec<u8>, usize)>> = if parts.len() <= 1 {
-        vec![encode(messages)]
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = parts[1..]
-                .iter()
-                .map(|part| {
-                    std::thread::Builder::new()
-                        .spawn_scoped(scope, move || encode(part))
-                        .ok()
-                })
-                .collect();
-            let mut results = vec![encode(parts[0])];
-            for (part, handle) in parts[1..].iter().zip(handles) {
+    let parts: Vec<&[Message]> = messages.chunks(messages.len().div_ceil(threads)).collect();
+    let (first, rest) = std::thread::scope(|scope| {
+        let handles: Vec<_> = parts[1..]
+            .iter()
+            .map(|part| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, move || encode(part))
+                    .ok()
+            })
+            .collect();
+        let first = json::write_measuring_depth(out, parts[0]);
+        let rest: Vec<serde_json::Result<(Vec<u8>, usize)>> = parts[1..]
+            .iter()
+            .zip(handles)
+            .map(|(part, handle)| {
                 // A thread that could not start (or panicked) is done here instead.
-                results.push(
-                    handle
-                        .and_then(|h| h.join().ok())
-                        .unwrap_or_else(|| encode(part)),
-                );
-            }
-            results
-        })
-    };
-    let mut array = EncodedArray {
-        chunks: Vec::with_capacity(results.len()),
-        bytes: 0,
-        depth: 1,
-    };
-    for result in results {
-        let (bytes, depth) = result?;
-        array.bytes += bytes.len();
-        array.depth = array.depth.max(depth);
-        array.chunks.push(bytes);
+                handle
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_else(|| encode(part))
+            })
+            .collect();
+        (first, rest)
+    });
+    let mut depth = first?;
+    // Each part is an array of consecutive messages: their items continue the first's.
+    out.pop(); // the first part's closing bracket
+    for part in rest {
+        let (bytes, part_depth) = part?;
+        depth = depth.max(part_depth);
+        out.push(b',');
+        out.extend_from_slice(&bytes[1..bytes.len() - 1]);
     }
-    Ok(array)
+    out.push(b']');
+    Ok(depth)
 }
 
 /// Just enough of a snapshot to tell which schema it claims, read when full decoding fails.
@@ -355,9 +326,10 @@ impl SessionSnapshot {
         };
         self.check_metadata_kept()?;
         // Written part by part (the same bytes as one derived encoding), so the transcript,
-        // most of the bytes, can be encoded on several threads.
-        let transcript = encode_in_parallel(&self.transcript).map_err(failed)?;
-        let mut out = Vec::with_capacity(transcript.bytes + 4096);
+        // most of the bytes, can be encoded on several threads. Room for about a kilobyte a
+        // message: a longer transcript grows the buffer (which for a large one copies
+        // nothing on Linux, where glibc's allocator remaps the pages instead).
+        let mut out = Vec::with_capacity(4096 + self.transcript.len() * 1024);
         let head = json::write_measuring_depth(
             &mut out,
             &EncodedHead {
@@ -375,7 +347,7 @@ impl SessionSnapshot {
         .map_err(failed)?;
         out.pop(); // the head's closing brace
         out.extend_from_slice(b",\"transcript\":");
-        transcript.write_into(&mut out);
+        let transcript = encode_transcript_into(&mut out, &self.transcript).map_err(failed)?;
         out.extend_from_slice(b",\"tool_calls\":");
         let tool_calls =
             json::write_measuring_depth(&mut out, &*self.tool_calls).map_err(failed)?;
@@ -386,7 +358,7 @@ impl SessionSnapshot {
         // lists sit one level inside the top-level object.
         // Every value entering a snapshot is checked, so this holds by construction; the
         // measure is free while encoding, and keeps the promise should a check be missed.
-        let depth = head.max(1 + transcript.depth.max(tool_calls).max(usage));
+        let depth = head.max(1 + transcript.max(tool_calls).max(usage));
         if depth > json::MAX_JSON_DEPTH {
             return Err(self.too_deep("the snapshot", depth, json::MAX_JSON_DEPTH));
         }

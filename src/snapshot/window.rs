@@ -29,6 +29,17 @@ use crate::usage::Usage;
 
 /// How much of the file is read at a time.
 const CHUNK: usize = 1 << 20;
+/// The least of a window's messages decoded on several threads: fewer are decoded on the
+/// calling thread, where starting threads would cost more than they save.
+const MIN_BATCH: usize = 256 * 1024;
+/// The most threads a transcript is decoded on.
+const MAX_THREADS: usize = 4;
+/// What this crate writes between two messages of a transcript: the end of one message
+/// object, a comma, and the start of the next, whose first member is its role. Found in a
+/// window, it is where a thread may start decoding messages; the bytes may also occur
+/// elsewhere (in a nested value), so a thread's start is trusted only once the messages
+/// before it were decoded up to it.
+const MESSAGE_SEAM: &[u8] = b"},{\"role\":";
 /// How many bytes must follow a value in the window before it is taken as whole: a number
 /// cut by the window's end would parse as a shorter number.
 const SLACK: usize = 64;
@@ -68,6 +79,8 @@ pub(crate) fn decode<R: Read + Seek>(
         size,
         limit,
         chunk: CHUNK,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
+        min_batch: MIN_BATCH,
     };
     let decoded = window.snapshot();
     match decoded {
@@ -103,6 +116,21 @@ struct Window<'r, R> {
     limit: u64,
     /// How much is read at a time, at most (less for the end of a small file).
     chunk: usize,
+    /// How many threads decode a window's messages.
+    threads: usize,
+    /// The least of a window's messages (in bytes) decoded on several threads.
+    min_batch: usize,
+}
+
+/// What became of an attempt to decode a window's messages on several threads.
+enum Batch {
+    /// The messages, in order; the window is past them, at the start of the next one.
+    Decoded(Vec<Message>),
+    /// Too few bytes of whole messages in the window: decode the next one here.
+    TooSmall,
+    /// A thread's start was not between two messages (or a message did not decode): the
+    /// window did not move; decode here from now on.
+    Misread,
 }
 
 /// The fields of a snapshot, as they are found.
@@ -166,17 +194,7 @@ impl<R: Read> Window<'_, R> {
                     once(&mut fields.metadata, metadata)?;
                 }
                 "lineage" => once(&mut fields.lineage, self.value()?)?,
-                "transcript" => {
-                    let transcript: Vec<Message> = self.list()?;
-                    // As for metadata: a message sits two levels inside the document.
-                    if transcript
-                        .iter()
-                        .any(|m| message_depth(m) > json::MAX_MESSAGE_DEPTH)
-                    {
-                        return Err(Stop::Fallback);
-                    }
-                    once(&mut fields.transcript, transcript)?;
-                }
+                "transcript" => once(&mut fields.transcript, self.messages()?)?,
                 "tool_calls" => once(&mut fields.tool_calls, self.list()?)?,
                 "usage" => once(&mut fields.usage, self.list()?)?,
                 _ => return Err(Stop::Fallback),
@@ -240,6 +258,118 @@ impl<R: Read> Window<'_, R> {
                 _ => return Err(Stop::Fallback),
             }
         }
+    }
+
+    /// The transcript: as [`list`](Self::list) of messages, but with the messages of each
+    /// window split between threads where the window holds enough of them. A message
+    /// nested deeper than a document allows falls back, as for metadata: it sits two
+    /// levels inside the document, and was parsed on its own with a whole document's
+    /// depth budget.
+    fn messages(&mut self) -> Result<Vec<Message>, Stop> {
+        self.skip_whitespace()?;
+        self.expect(b'[')?;
+        let mut items = Vec::new();
+        self.skip_whitespace()?;
+        if self.peek()? == Some(b']') {
+            self.pos += 1;
+            return Ok(items);
+        }
+        let mut parallel = self.threads > 1;
+        loop {
+            if parallel {
+                match self.message_batch()? {
+                    Batch::Decoded(messages) => {
+                        items.extend(messages);
+                        continue;
+                    }
+                    Batch::TooSmall => {}
+                    Batch::Misread => parallel = false,
+                }
+            }
+            let ObjectOnly(item) = self.value()?;
+            if !within_depth(&item) {
+                return Err(Stop::Fallback);
+            }
+            items.push(item);
+            self.skip_whitespace()?;
+            match self.next_byte()? {
+                Some(b',') => self.skip_whitespace()?,
+                Some(b']') => return Ok(items),
+                _ => return Err(Stop::Fallback),
+            }
+        }
+    }
+
+    /// The whole messages in the window from its position (the start of a message) up to
+    /// the last [`MESSAGE_SEAM`] in it, split at seams into one run per thread, each run
+    /// decoded on its own thread.
+    ///
+    /// A run is trusted only if the run before it decoded into messages that end exactly
+    /// where it starts: the first run starts at a message, so by induction every trusted
+    /// run does, and decodes to exactly the messages a decode from the start would give.
+    /// A run with a message nested too deep is not decoded here either (the messages are
+    /// then decoded one by one, and that one falls back).
+    fn message_batch(&mut self) -> Result<Batch, Stop> {
+        self.fill(self.chunk.max(self.min_batch))?;
+        let data = &self.buf[self.pos..];
+        let Some(last) = memchr::memmem::rfind(data, MESSAGE_SEAM) else {
+            return Ok(Batch::TooSmall);
+        };
+        if last < self.min_batch {
+            return Ok(Batch::TooSmall);
+        }
+        // Runs end at a message's closing brace; the next starts after the comma.
+        let mut ends = Vec::with_capacity(self.threads);
+        let mut start = 0;
+        for k in 1..self.threads {
+            let target = (last / self.threads * k).max(start);
+            if target >= last {
+                break;
+            }
+            match memchr::memmem::find(&data[target..last], MESSAGE_SEAM) {
+                Some(at) => {
+                    ends.push(target + at);
+                    start = target + at + 2;
+                }
+                None => break,
+            }
+        }
+        ends.push(last);
+        let mut runs = Vec::with_capacity(ends.len());
+        let mut start = 0;
+        for &end in &ends {
+            runs.push(&data[start..=end]);
+            start = end + 2;
+        }
+        let decoded: Vec<Option<Vec<Message>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = runs[1..]
+                .iter()
+                .map(|&run| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(scope, move || decode_run(run))
+                        .ok()
+                })
+                .collect();
+            let mut decoded = vec![decode_run(runs[0])];
+            for (&run, handle) in runs[1..].iter().zip(handles) {
+                // A thread that could not start (or panicked) is done here instead.
+                decoded.push(
+                    handle
+                        .and_then(|h| h.join().ok())
+                        .unwrap_or_else(|| decode_run(run)),
+                );
+            }
+            decoded
+        });
+        let mut messages = Vec::new();
+        for run in decoded {
+            match run {
+                Some(run) => messages.extend(run),
+                None => return Ok(Batch::Misread),
+            }
+        }
+        self.pos += last + 2;
+        Ok(Batch::Decoded(messages))
     }
 
     /// One JSON value at the window's position, decoded as a `T` by `serde_json` from a
@@ -338,6 +468,45 @@ impl<R: Read> Window<'_, R> {
         }
         Ok(())
     }
+}
+
+/// Whether `message` is nested no deeper than a stored document allows.
+fn within_depth(message: &Message) -> bool {
+    message_depth(message) <= json::MAX_MESSAGE_DEPTH
+}
+
+/// The messages of `run` (messages separated by commas, nothing after the last), or
+/// `None` if it is not that: it did not start at a message, or holds one that does not
+/// decode, or one nested too deep.
+fn decode_run(run: &[u8]) -> Option<Vec<Message>> {
+    let mut messages = Vec::new();
+    let mut at = 0;
+    loop {
+        let mut stream =
+            serde_json::Deserializer::from_slice(&run[at..]).into_iter::<ObjectOnly<Message>>();
+        let Some(Ok(ObjectOnly(message))) = stream.next() else {
+            return None;
+        };
+        if !within_depth(&message) {
+            return None;
+        }
+        messages.push(message);
+        at += stream.byte_offset();
+        at += whitespace(&run[at..]);
+        match run.get(at) {
+            None => return Some(messages),
+            Some(b',') => at += 1,
+            Some(_) => return None,
+        }
+    }
+}
+
+/// How many bytes of JSON whitespace `bytes` starts with.
+fn whitespace(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+        .count()
 }
 
 #[cfg(test)]

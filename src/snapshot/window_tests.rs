@@ -31,8 +31,14 @@ impl Seek for Trickle {
     }
 }
 
-/// Decodes `bytes` with reads of `step` bytes and windows of `chunk`.
+/// Decodes `bytes` with reads of `step` bytes and windows of `chunk`, on one thread.
 fn windowed(bytes: &[u8], step: usize, chunk: usize) -> Option<SessionSnapshot> {
+    windowed_on(bytes, step, chunk, 1)
+}
+
+/// [`windowed`] with a window's messages split between `threads` threads wherever it
+/// holds more than a few bytes of them.
+fn windowed_on(bytes: &[u8], step: usize, chunk: usize, threads: usize) -> Option<SessionSnapshot> {
     let mut reader = Trickle {
         inner: Cursor::new(bytes.to_vec()),
         step,
@@ -46,6 +52,8 @@ fn windowed(bytes: &[u8], step: usize, chunk: usize) -> Option<SessionSnapshot> 
         size: bytes.len() as u64,
         limit: u64::MAX,
         chunk,
+        threads,
+        min_batch: 64,
     };
     window.snapshot().ok()
 }
@@ -141,12 +149,20 @@ fn every_document_decodes_to_what_the_whole_decoder_gives_at_any_window() {
             (3, 7),
             (64, 16),
             (1000, 5),
+            (100, 300),
+            (usize::MAX, 2000),
         ] {
-            match windowed(&bytes, step, chunk) {
-                Some(snapshot) => {
-                    assert_eq!(snapshot, whole, "{what}, step {step}, chunk {chunk}");
+            for threads in [1, 2, 3] {
+                match windowed_on(&bytes, step, chunk, threads) {
+                    Some(snapshot) => assert_eq!(
+                        snapshot, whole,
+                        "{what}, step {step}, chunk {chunk}, {threads} threads"
+                    ),
+                    None => assert!(
+                        !current,
+                        "{what} fell back at step {step}, chunk {chunk}, {threads} threads"
+                    ),
                 }
-                None => assert!(!current, "{what} fell back at step {step}, chunk {chunk}"),
             }
         }
     }
@@ -259,4 +275,48 @@ fn values_nested_to_the_limits_decode_alike_and_past_them_fall_back() {
         (true, true),
         "the cases reach both sides of each limit"
     );
+}
+
+/// The bytes between two messages (`},{"role":`) also occur inside a message, in a nested
+/// value outside any string; a thread started there must not be trusted. Whatever the
+/// threads and windows, the decode gives what the whole decoder gives.
+#[test]
+fn message_seams_inside_values_never_split_a_message() {
+    let seams = json!([{"a": 1}, {"role": "user"}, {"role": "x"}]);
+    let transcript: Vec<Message> = (0..300)
+        .map(|i| match i % 3 {
+            0 => Message::user(format!("{i} {}", "words ".repeat(i % 11))),
+            1 => Message::assistant(vec![
+                ContentBlock::Other {
+                    value: json!({"type": "x", "nested": seams, "i": i}),
+                },
+                ContentBlock::text("after"),
+            ]),
+            _ => Message::user(format!("{i} }},{{\"role\":")),
+        })
+        .collect();
+    let snapshot = SessionSnapshot::builder(SessionId::parse("seams").expect("id"), "m")
+        .transcript(transcript)
+        .build()
+        .expect("build");
+    let bytes = snapshot.to_json().expect("encode");
+    assert!(
+        bytes
+            .windows(super::MESSAGE_SEAM.len())
+            .filter(|w| *w == super::MESSAGE_SEAM)
+            .count()
+            > 400,
+        "the document holds seams inside messages as well as between them"
+    );
+    let whole = SessionSnapshot::decode_unvalidated(&bytes).expect("whole");
+    for chunk in [97, 1000, 4096, super::CHUNK] {
+        for threads in [2, 3, 4] {
+            let decoded = windowed_on(&bytes, usize::MAX, chunk, threads);
+            assert_eq!(
+                decoded.as_ref(),
+                Some(&whole),
+                "chunk {chunk}, {threads} threads"
+            );
+        }
+    }
 }
