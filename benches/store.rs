@@ -101,6 +101,12 @@
 //!   `list/baseline_readdir_stat/SxM`: `readdir` + `stat` of every entry of the directory.
 //!   Default: 1000x10, 1000x1000 and 100x10000 (1,000 sessions of 10,000 messages would be
 //!   about 11 GB of snapshots, more than these machines' disk and time budget).
+//! - `async_api/{save,load}_{sync,async}/N` (N = 10 and 1,000): the file store's full
+//!   save (of a new session, as `save/file_store`) and load through the synchronous API,
+//!   and through the async API (`SessionStore::into_async`: a `BlockingStore` on tokio's
+//!   blocking pool) awaited with `Runtime::block_on` on a 2-worker runtime.
+//!   `async_api/blocking_pool_hop`: `block_on` of a `spawn_blocking` that does nothing,
+//!   the floor of one hop. The target (issue 16): async ≤ 1.1 × (sync + hop).
 //! - `durability/{save,append_turn}/{sync,buffered}/1000`: a full save (of a new session,
 //!   as `save/file_store`) and one more turn onto 1,000 messages with `Durability::Sync`
 //!   (the default) and `Durability::Buffered`.
@@ -147,12 +153,12 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Compaction, Durability, FileSessionStore, MemorySessionStore, Message, Revision, RewindTo,
-    Role, SessionId, SessionSnapshot, SessionStore, Usage,
+    AsyncSessionStore, Compaction, Durability, FileSessionStore, MemorySessionStore, Message,
+    Revision, RewindTo, Role, SessionId, SessionSnapshot, SessionStore, Usage,
 };
 use chrono::Utc;
 use criterion::measurement::WallTime;
@@ -938,6 +944,57 @@ fn list(c: &mut Criterion) {
     group.finish();
 }
 
+/// The message counts of the async API benchmarks.
+const ASYNC_SIZES: [usize; 2] = [10, 1_000];
+
+fn async_api(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group("async_api");
+    pace(&mut group, false);
+    group.bench_function("blocking_pool_hop", |b| {
+        b.iter(|| {
+            runtime
+                .block_on(async { tokio::task::spawn_blocking(|| ()).await })
+                .expect("hop");
+        });
+    });
+    for n in ASYNC_SIZES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(FileSessionStore::open(dir.path()).expect("open store"));
+        let async_store = Arc::clone(&store).into_async();
+        let snapshot = snapshot("bench", to_messages(&wire_transcript(n)));
+        first_saves(
+            &mut group,
+            BenchmarkId::new("save_sync", n),
+            &*store,
+            &snapshot,
+        );
+        group.bench_function(BenchmarkId::new("save_async", n), |b| {
+            b.iter_batched(
+                || delete_if_stored(&*store, snapshot.id()),
+                |()| runtime.block_on(async_store.save(&snapshot)).expect("save"),
+                BatchSize::PerIteration,
+            );
+        });
+        delete_if_stored(&*store, snapshot.id());
+        store.save(&snapshot).expect("save");
+        group.bench_function(BenchmarkId::new("load_sync", n), |b| {
+            b.iter(|| store.load(snapshot.id()).expect("load"));
+        });
+        group.bench_function(BenchmarkId::new("load_async", n), |b| {
+            b.iter(|| {
+                runtime
+                    .block_on(async_store.load(snapshot.id()))
+                    .expect("load")
+            });
+        });
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     // Shared, noisy 2-core machines: few samples, short windows; compare ratios within a
     // run, never absolute times across runs.
@@ -950,7 +1007,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = save, load, append_turn, rewind, restore, compacted_load, list, durability
+    targets = save, load, append_turn, rewind, restore, compacted_load, list, durability, async_api
 }
 
 // PostgresSessionStore beside FileSessionStore (support/postgres.rs).

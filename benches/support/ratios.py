@@ -31,6 +31,7 @@ LIST_LIMIT = 3.0  # list / readdir + stat
 REWIND_GROWTH_LIMIT = 1.5  # rewind and restore onto 10,000 / onto 10 messages
 COMPACTED_LIMIT = 0.10  # load of 10,000 messages compacted to 200 / the full load
 POSTGRES_TURN_GROWTH_LIMIT = 2.0  # PostgreSQL one more turn onto 10,000 / onto 10
+ASYNC_LIMIT = 1.1  # issue 16: async save/load through the file store / (sync + one hop)
 
 
 def criterion_dir() -> Path:
@@ -286,7 +287,33 @@ def main() -> int:
             print(f"| {label} | {fmt_time(a.median)} | {fmt_time(b.median)} | "
                   f"{fmt_ratio(b.median / a.median)} |")
 
-    # The targets of issues 5 and 14.
+    # The async API (issue 16): through the blocking pool, against the synchronous call
+    # plus one hop of the pool.
+    hop = results.get("async_api/blocking_pool_hop")
+    async_ratio: dict[str, float] = {}
+    if hop is not None:
+        rows = []
+        for work in ("save", "load"):
+            for n in params(results, "async_api", f"{work}_async"):
+                sync = results.get(f"async_api/{work}_sync/{n}")
+                asyn = results.get(f"async_api/{work}_async/{n}")
+                if sync is None or asyn is None:
+                    continue
+                used.extend((sync, asyn, hop))
+                r = asyn.median / (sync.median + hop.median)
+                async_ratio[f"{work}/{n}"] = r
+                label = "full save (new session)" if work == "save" else "load (saved once)"
+                rows.append(f"| {label} | {int(n):,} messages | {fmt_time(sync.median)} | "
+                            f"{fmt_time(hop.median)} | {fmt_time(asyn.median)} | "
+                            f"{fmt_ratio(r)} |")
+        if rows:
+            print()
+            print("| file store | size | synchronous | one blocking-pool hop | async "
+                  "(`into_async`) | async / (sync + hop) |")
+            print("|---|---|---|---|---|---|")
+            print("\n".join(rows))
+
+    # The targets of issues 5, 14 and 16.
     checks = []
 
     def check(name: str, value: float | None, limit: float) -> None:
@@ -322,6 +349,10 @@ def main() -> int:
           ratio.get("compacted_file_store/10000"), COMPACTED_LIMIT)
     check("load of 10,000 compacted to 200 (saved turn by turn) / full load",
           ratio.get("compacted_file_store_appended/10000"), COMPACTED_LIMIT)
+    for key, r in async_ratio.items():
+        work, n = key.split("/")
+        check(f"async {work}, {int(n):,} messages / (sync + one blocking-pool hop)", r,
+              ASYNC_LIMIT)
     for label in params(results, "list", "file_store"):
         sessions, messages = label.split("x")
         check(f"list {int(sessions):,} sessions of {int(messages):,} messages / readdir + stat",
