@@ -104,6 +104,9 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 ///   waited for, so they must not be called from the thread that drives a current-thread
 ///   runtime (they fail with [`Error::Unsupported`] there rather than hang).
 ///
+/// With both traits in scope, a method call names its trait:
+/// `SessionStore::load(&store, id)` or `AsyncSessionStore::load(&store, id).await`.
+///
 /// Connections are made without TLS: reach the server over a trusted network, a Unix
 /// socket, or a TLS tunnel.
 ///
@@ -2126,7 +2129,7 @@ mod tests {
             .connect(&format!("host=127.0.0.1 port={port} user=x dbname=x"))
             .unwrap();
         // Before the timeouts, this call never returned.
-        let error = store.list().unwrap_err();
+        let error = SessionStore::list(&store).unwrap_err();
         assert!(matches!(error, Error::Backend { .. }), "{error:?}");
         assert!(error.to_string().contains("reachable"), "{error}");
         drop(silent);
