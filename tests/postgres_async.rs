@@ -241,8 +241,8 @@ mod postgres_async {
             .expect_err("no runtime to run on");
         assert!(matches!(error, Error::InvalidArgument { .. }), "{error:?}");
         assert!(error.to_string().contains("connect_async"), "{error}");
-        // The settings are still checked first or after, but never by opening a
-        // connection: no server is needed to get this error.
+        // Decided before any connection is tried: a server that is not there changes
+        // nothing.
         let error = PostgresSessionStore::builder()
             .connect_async("host=127.0.0.1 port=1 user=x dbname=x")
             .expect_err("no runtime to run on");
