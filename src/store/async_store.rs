@@ -23,7 +23,14 @@ use crate::store::{
 ///
 /// | store | how its async calls run |
 /// |---|---|
-/// | `PostgresSessionStore` (feature `postgres`) | on the store's own runtime, awaited without blocking the caller's executor |
+#[cfg_attr(
+    feature = "postgres",
+    doc = "| [`PostgresSessionStore`](crate::PostgresSessionStore) (feature `postgres`) | natively, awaiting its connection pool: on the caller's task for a store made by [`PostgresStoreBuilder::connect_async`](crate::PostgresStoreBuilder::connect_async) (no runtime or threads of its own), on the store's own runtime (awaited without blocking the caller's executor) for one made by [`PostgresStoreBuilder::connect`](crate::PostgresStoreBuilder::connect) |"
+)]
+#[cfg_attr(
+    not(feature = "postgres"),
+    doc = "| `PostgresSessionStore` (feature `postgres`) | natively, awaiting its connection pool: on the caller's task for a store made by `PostgresStoreBuilder::connect_async` (no runtime or threads of its own), on the store's own runtime (awaited without blocking the caller's executor) for one made by `PostgresStoreBuilder::connect` |"
+)]
 /// | [`FileSessionStore`](crate::FileSessionStore) and any synchronous store | on tokio's blocking pool ([`BlockingStore`]): the caller's executor thread is never blocked by file I/O |
 /// | [`MemorySessionStore`](crate::MemorySessionStore) | on the caller's task: its calls never wait for I/O |
 ///

@@ -3,6 +3,9 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -23,6 +26,7 @@ use crate::snapshot::{
     counts_after, decode_head, decode_record, entry_of_record, intact_frame, split_entry, Counts,
     EntryKind, History, HistoryStats, Lineage, LogSource, RevisionInfo, SessionSnapshot,
 };
+use crate::store::AsyncSessionStore;
 use crate::usage::Cost;
 
 /// The schema the store uses when none is set.
@@ -83,12 +87,28 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 ///
 /// # Connections and threads
 ///
-/// The store keeps a pool of connections ([`deadpool_postgres`]) and a small private tokio
-/// runtime that runs them (a connection must open within 10 seconds unless the connection
-/// string sets `connect_timeout`, and a call waits at most 30 seconds for a free one), so its synchronous methods work from plain threads and from
-/// inside any tokio runtime (a call blocks its thread until the query returns, as file I/O
-/// does). Connections are made without TLS: reach the server over a trusted network, a
-/// Unix socket, or a TLS tunnel.
+/// The store keeps a pool of connections ([`deadpool_postgres`]) (a connection must open
+/// within 10 seconds unless the connection string sets `connect_timeout`, and a call waits
+/// at most 30 seconds for a free one). Every operation is written once, as async code
+/// awaiting the pool; the store implements both [`SessionStore`] and
+/// [`AsyncSessionStore`] (and [`into_async`](SessionStore::into_async) returns the store
+/// itself). Where the futures run depends on how the store was made:
+///
+/// - [`PostgresStoreBuilder::connect`]: on a small private tokio runtime (two threads).
+///   The synchronous methods work from plain threads and from inside any tokio runtime (a
+///   call blocks its thread until the query returns, as file I/O does); the async ones are
+///   spawned onto the private runtime and awaited without blocking the caller's executor.
+/// - [`PostgresStoreBuilder::connect_async`]: on the caller's tokio runtime, with no
+///   runtime or threads of its own. The async methods run on the caller's task (on a
+///   current-thread runtime too); the synchronous ones are spawned onto the runtime and
+///   waited for, so they must not be called from the thread that drives a current-thread
+///   runtime (they fail with [`Error::Unsupported`] there rather than hang).
+///
+/// With both traits in scope, a method call names its trait:
+/// `SessionStore::load(&store, id)` or `AsyncSessionStore::load(&store, id).await`.
+///
+/// Connections are made without TLS: reach the server over a trusted network, a Unix
+/// socket, or a TLS tunnel.
 ///
 /// # Examples
 ///
@@ -105,7 +125,36 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 /// assert_eq!(store.load(snapshot.id())?.revision(), revision);
 /// # Ok::<(), agent_session::Error>(())
 /// ```
+///
+/// From async code, on the caller's runtime:
+///
+/// ```no_run
+/// use agent_session::{AsyncSessionStore, PostgresSessionStore, SessionId, SessionSnapshot};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_session::Result<()> {
+/// let store = PostgresSessionStore::builder()
+///     .schema("my_app_sessions")
+///     .connect_async("host=127.0.0.1 user=app dbname=app")?;
+/// store.migrate_async().await?;
+///
+/// let snapshot = SessionSnapshot::builder(SessionId::parse("s1")?, "model").build()?;
+/// let revision = store.save(&snapshot).await?;
+/// assert_eq!(store.load(snapshot.id()).await?.revision(), revision);
+/// # Ok(())
+/// # }
+/// ```
 pub struct PostgresSessionStore {
+    /// The pool, settings and every operation (async, `&self`): shared with the futures
+    /// the store spawns, which must own what they use.
+    inner: Arc<Inner>,
+    /// Where the operations' futures run.
+    exec: Executor,
+}
+
+/// What every operation of the store works with; its methods are the one implementation
+/// of each operation, async, run by [`PostgresSessionStore`] where its [`Executor`] says.
+struct Inner {
     pool: Pool,
     schema: String,
     /// The schema as an SQL identifier, quoted: names that are keywords (`user`, `order`)
@@ -113,16 +162,31 @@ pub struct PostgresSessionStore {
     sql_schema: String,
     max_snapshot_bytes: u64,
     query_timeout: std::time::Duration,
-    /// Runs the pool's futures; taken out on drop to shut it down without blocking.
-    runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// Where a store's futures run.
+enum Executor {
+    /// The store's own runtime ([`PostgresStoreBuilder::connect`]); taken out on drop to
+    /// shut it down without blocking.
+    Private(Option<tokio::runtime::Runtime>),
+    /// The runtime that made the store ([`PostgresStoreBuilder::connect_async`]): async
+    /// calls run on the caller's task, synchronous ones are spawned onto it.
+    Caller(tokio::runtime::Handle),
 }
 
 impl fmt::Debug for PostgresSessionStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresSessionStore")
-            .field("schema", &self.schema)
-            .field("max_snapshot_bytes", &self.max_snapshot_bytes)
-            .field("pool", &self.pool.status())
+            .field("schema", &self.inner.schema)
+            .field("max_snapshot_bytes", &self.inner.max_snapshot_bytes)
+            .field("pool", &self.inner.pool.status())
+            .field(
+                "runtime",
+                &match self.exec {
+                    Executor::Private(_) => "private",
+                    Executor::Caller(_) => "caller's",
+                },
+            )
             .finish_non_exhaustive()
     }
 }
@@ -131,8 +195,10 @@ impl Drop for PostgresSessionStore {
     fn drop(&mut self) {
         // Dropping a runtime blocks until its tasks end, which panics inside another
         // runtime; nothing of ours is left running once a call has returned.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+        if let Executor::Private(runtime) = &mut self.exec {
+            if let Some(runtime) = runtime.take() {
+                runtime.shutdown_background();
+            }
         }
     }
 }
@@ -206,11 +272,96 @@ impl PostgresStoreBuilder {
     /// reports one that is not. Call [`PostgresSessionStore::migrate`] before using a
     /// schema for the first time.
     ///
+    /// The store runs its connections on a small runtime of its own (two threads), so it
+    /// works from plain threads and from inside any runtime; its async calls
+    /// ([`AsyncSessionStore`]) are spawned onto that runtime and awaited without blocking
+    /// the caller's executor. A tokio service that wants no extra threads uses
+    /// [`connect_async`](Self::connect_async) instead.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a malformed `config`, an invalid schema name, or a
     /// pool size of 0; [`Error::Backend`] if the store's runtime cannot start.
     pub fn connect(&self, config: &str) -> Result<PostgresSessionStore> {
+        self.check()?;
+        let manager = self.manager(config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("agent-session-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Backend {
+                operation: "start the PostgreSQL store's runtime".to_owned(),
+                source: Box::new(e),
+            })?;
+        let pool = {
+            // The pool binds its timers to the runtime it is built in.
+            let _entered = runtime.enter();
+            self.pool(manager)?
+        };
+        Ok(self.store(pool, Executor::Private(Some(runtime))))
+    }
+
+    /// Makes the store for the server `config` names (as [`connect`](Self::connect)) on
+    /// the tokio runtime this is called in, with no runtime or threads of its own: its
+    /// async calls ([`AsyncSessionStore`], [`PostgresSessionStore::migrate_async`]) run
+    /// on the caller's tasks, and its connections are driven by tasks spawned on the
+    /// runtime, on the current-thread runtime too. Not itself async: call it from async
+    /// code, or from a thread that entered the runtime
+    /// ([`Handle::enter`](tokio::runtime::Handle::enter)).
+    ///
+    /// The runtime needs its I/O and time drivers (`enable_all`), and must outlive the
+    /// store's use: use the store on the runtime that made it. A host name (rather than an
+    /// IP address or a Unix socket) is resolved on that runtime's blocking pool, as tokio
+    /// resolves every name.
+    ///
+    /// The synchronous calls ([`SessionStore`]) still work: each is spawned onto the
+    /// runtime and waited for, from a plain thread while the runtime runs, or from a
+    /// multi-thread runtime (blocking one of its workers meanwhile). Do not make them
+    /// from the thread that drives a current-thread runtime (in its `block_on` or its
+    /// tasks): that thread would wait for a task only it can run. The store cannot tell
+    /// that thread from the runtime's `spawn_blocking` threads, so when the store's
+    /// runtime is a current-thread one, a synchronous call made anywhere inside a
+    /// current-thread runtime fails with [`Error::Unsupported`] instead of hanging.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use agent_session::{AsyncSessionStore, PostgresSessionStore, SessionId,
+    ///     SessionSnapshot};
+    ///
+    /// # async fn run() -> agent_session::Result<()> {
+    /// let store = PostgresSessionStore::builder()
+    ///     .schema("my_app_sessions")
+    ///     .connect_async("host=127.0.0.1 user=app dbname=app")?;
+    /// store.migrate_async().await?;
+    ///
+    /// let snapshot = SessionSnapshot::builder(SessionId::parse("s1")?, "model").build()?;
+    /// let revision = store.save(&snapshot).await?;
+    /// assert_eq!(store.load(snapshot.id()).await?.revision(), revision);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when called outside a tokio runtime, and as
+    /// [`connect`](Self::connect) for a malformed `config`, an invalid schema name or a
+    /// pool size of 0.
+    pub fn connect_async(&self, config: &str) -> Result<PostgresSessionStore> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::InvalidArgument {
+            reason: format!(
+                "PostgresStoreBuilder::connect_async must be called inside a tokio runtime ({e}); use PostgresStoreBuilder::connect outside one"
+            ),
+        })?;
+        self.check()?;
+        let manager = self.manager(config)?;
+        let pool = self.pool(manager)?;
+        Ok(self.store(pool, Executor::Caller(runtime)))
+    }
+
+    /// Refuses settings no store can work with.
+    fn check(&self) -> Result<()> {
         check_schema_name(&self.schema)?;
         if self.max_snapshot_bytes == 0 {
             return Err(Error::InvalidArgument {
@@ -222,6 +373,11 @@ impl PostgresStoreBuilder {
                 reason: "a PostgreSQL pool needs at least one connection (pool_size 0)".to_owned(),
             });
         }
+        Ok(())
+    }
+
+    /// How the pool opens a connection: `config` parsed, with the builder's timeouts.
+    fn manager(&self, config: &str) -> Result<Manager> {
         let mut pg_config: tokio_postgres::Config =
             config.parse().map_err(|e| Error::InvalidArgument {
                 // Not the string itself: it may hold a password.
@@ -239,45 +395,41 @@ impl PostgresStoreBuilder {
                 "-c statement_timeout={millis} -c lock_timeout={millis}"
             ));
         }
-        let manager = Manager::from_config(
+        Ok(Manager::from_config(
             pg_config,
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
-        );
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("agent-session-postgres")
-            .enable_all()
+        ))
+    }
+
+    /// The connection pool, built in the runtime context its timers bind to.
+    fn pool(&self, manager: Manager) -> Result<Pool> {
+        Pool::builder(manager)
+            .max_size(self.pool_size)
+            .wait_timeout(Some(POOL_WAIT_TIMEOUT))
+            .create_timeout(Some(self.connect_timeout))
+            .recycle_timeout(Some(self.connect_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Backend {
-                operation: "start the PostgreSQL store's runtime".to_owned(),
+                operation: "build the PostgreSQL connection pool".to_owned(),
                 source: Box::new(e),
-            })?;
-        let pool = {
-            // The pool binds its timers to the runtime it is built in.
-            let _entered = runtime.enter();
-            Pool::builder(manager)
-                .max_size(self.pool_size)
-                .wait_timeout(Some(POOL_WAIT_TIMEOUT))
-                .create_timeout(Some(self.connect_timeout))
-                .recycle_timeout(Some(self.connect_timeout))
-                .runtime(deadpool_postgres::Runtime::Tokio1)
-                .build()
-                .map_err(|e| Error::Backend {
-                    operation: "build the PostgreSQL connection pool".to_owned(),
-                    source: Box::new(e),
-                })?
-        };
-        Ok(PostgresSessionStore {
-            pool,
-            schema: self.schema.clone(),
-            sql_schema: format!("\"{}\"", self.schema),
-            max_snapshot_bytes: self.max_snapshot_bytes,
-            query_timeout: self.query_timeout,
-            runtime: Some(runtime),
-        })
+            })
+    }
+
+    fn store(&self, pool: Pool, exec: Executor) -> PostgresSessionStore {
+        PostgresSessionStore {
+            inner: Arc::new(Inner {
+                pool,
+                schema: self.schema.clone(),
+                sql_schema: format!("\"{}\"", self.schema),
+                max_snapshot_bytes: self.max_snapshot_bytes,
+                query_timeout: self.query_timeout,
+            }),
+            exec,
+        }
     }
 }
 
@@ -599,7 +751,7 @@ impl PostgresSessionStore {
     /// The schema holding the store's tables.
     #[must_use]
     pub fn schema(&self) -> &str {
-        &self.schema
+        &self.inner.schema
     }
 
     /// Creates the store's schema and tables if they do not exist, or brings older ones up
@@ -618,6 +770,125 @@ impl PostgresSessionStore {
     /// [`Error::Backend`] if the server cannot be reached or refuses (for example, the
     /// user may not create schemas).
     pub fn migrate(&self) -> Result<()> {
+        self.run(|inner| async move { inner.migrate().await })
+    }
+
+    /// [`migrate`](Self::migrate), as a future: on the caller's task for a store made by
+    /// [`PostgresStoreBuilder::connect_async`], on the store's own runtime (awaited
+    /// without blocking) for one made by [`PostgresStoreBuilder::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`migrate`](Self::migrate).
+    pub async fn migrate_async(&self) -> Result<()> {
+        self.call(|inner| async move { inner.migrate().await })
+            .await
+    }
+
+    /// Runs the operation `work` starts as a future: on the caller's task for a store on
+    /// the caller's runtime; otherwise spawned onto the store's runtime and awaited (the
+    /// caller's executor is not blocked, and a future dropped early leaves the call to
+    /// finish there).
+    async fn call<T, F, Fut>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let future = work(Arc::clone(&self.inner));
+        let runtime = match &self.exec {
+            Executor::Caller(_) => return future.await,
+            Executor::Private(runtime) => runtime.as_ref().ok_or_else(stopped)?,
+        };
+        match runtime.spawn(future).await {
+            Ok(outcome) => outcome,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(stopped()),
+        }
+    }
+
+    /// Runs the operation `work` starts on the store's runtime and waits for it, from any
+    /// thread (inside another runtime too: the caller's thread only waits).
+    fn run<T, F, Fut>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let runtime = match &self.exec {
+            Executor::Private(runtime) => runtime.as_ref().ok_or_else(stopped)?.handle(),
+            Executor::Caller(runtime) => {
+                let on_current_thread_runtime =
+                    tokio::runtime::Handle::try_current().is_ok_and(|current| {
+                        current.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+                    });
+                if on_current_thread_runtime
+                    && runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+                {
+                    return Err(Error::Unsupported {
+                        store: "PostgresSessionStore (made by connect_async on a current-thread runtime)",
+                        operation: "run a synchronous call on the thread that drives its runtime (it would wait for a task only that thread can run): await its AsyncSessionStore calls instead, make the call from another thread, or use a store made by PostgresStoreBuilder::connect",
+                    });
+                }
+                runtime
+            }
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let future = work(Arc::clone(&self.inner));
+        runtime.spawn(async move {
+            let _ = sender.send(future.await);
+        });
+        receiver.recv().map_err(|_| stopped())?
+    }
+}
+
+/// The error of a call whose runtime has shut down (or dropped the call's task).
+fn stopped() -> Error {
+    Error::Backend {
+        operation: "run a query".to_owned(),
+        source: "the PostgreSQL store's runtime has stopped".into(),
+    }
+}
+
+/// `future`, failed with [`Error::Backend`] if it takes longer than `limit`
+/// ([`PostgresStoreBuilder::query_timeout`]).
+async fn timed<T>(
+    limit: std::time::Duration,
+    future: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, future).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(Error::Backend {
+            operation: format!(
+                "finish a call within {} s (PostgresStoreBuilder::query_timeout): check that the server is reachable and not overloaded",
+                limit.as_secs_f64()
+            ),
+            source: "timed out".into(),
+        }),
+    }
+}
+
+impl Inner {
+    /// Runs `work` with a connection from the pool and the schema as an SQL identifier,
+    /// within the query timeout.
+    async fn with_client<T, F, Fut>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(deadpool_postgres::Client, String) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        timed(self.query_timeout, async {
+            let client = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| backend("connect to PostgreSQL", e))?;
+            work(client, self.sql_schema.clone()).await
+        })
+        .await
+    }
+
+    /// As [`PostgresSessionStore::migrate`].
+    async fn migrate(&self) -> Result<()> {
         self.with_client(move |mut client, schema| async move {
             let mut tx = client
                 .transaction()
@@ -659,54 +930,7 @@ impl PostgresSessionStore {
                 .await
                 .map_err(|e| backend("commit the migration", e))
         })
-    }
-
-    /// Runs `work` with a connection from the pool and the schema as an SQL identifier,
-    /// on the store's runtime (see [`run`](Self::run)).
-    fn with_client<T, F, Fut>(&self, work: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(deadpool_postgres::Client, String) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T>> + Send,
-    {
-        let pool = self.pool.clone();
-        let schema = self.sql_schema.clone();
-        self.run(async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| backend("connect to PostgreSQL", e))?;
-            work(client, schema).await
-        })
-    }
-
-    /// Runs `future` on the store's runtime and waits for it, from any thread (inside
-    /// another runtime too: the caller's thread only waits).
-    fn run<T: Send + 'static>(
-        &self,
-        future: impl Future<Output = Result<T>> + Send + 'static,
-    ) -> Result<T> {
-        let stopped = || Error::Backend {
-            operation: "run a query".to_owned(),
-            source: "the PostgreSQL store's runtime has stopped".into(),
-        };
-        let runtime = self.runtime.as_ref().ok_or_else(stopped)?;
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        let limit = self.query_timeout;
-        runtime.spawn(async move {
-            let outcome = match tokio::time::timeout(limit, future).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(Error::Backend {
-                    operation: format!(
-                        "finish a call within {} s (PostgresStoreBuilder::query_timeout): check that the server is reachable and not overloaded",
-                        limit.as_secs_f64()
-                    ),
-                    source: "timed out".into(),
-                }),
-            };
-            let _ = sender.send(outcome);
-        });
-        receiver.recv().map_err(|_| stopped())?
+        .await
     }
 
     /// Where a row is, for error messages.
@@ -740,7 +964,7 @@ impl PostgresSessionStore {
     /// whose summary is unreadable) and its summary. Sessions updated in the future come
     /// after all others, so the listing is read as two ranges of the index: plausible
     /// times, then the future ones.
-    fn select_summaries(
+    async fn select_summaries(
         &self,
         scope: ListScope,
         after: Option<&ListCursor>,
@@ -754,19 +978,24 @@ impl PostgresSessionStore {
         });
         let mut listed = Vec::new();
         if !after_future {
-            listed = self.select_range(scope, Range::Plausible, after, limit, horizon)?;
+            listed = self
+                .select_range(scope, Range::Plausible, after, limit, horizon)
+                .await?;
         }
         let wanted = limit.map(|limit| limit.saturating_sub(listed.len()));
         if wanted != Some(0) {
             let after = after.filter(|_| after_future);
-            listed.extend(self.select_range(scope, Range::Future, after, wanted, horizon)?);
+            listed.extend(
+                self.select_range(scope, Range::Future, after, wanted, horizon)
+                    .await?,
+            );
         }
         Ok(listed)
     }
 
     /// One range of [`select_summaries`](Self::select_summaries): the rows updated at
     /// `horizon` or earlier, or those updated later.
-    fn select_range(
+    async fn select_range(
         &self,
         scope: ListScope,
         range: Range,
@@ -794,7 +1023,7 @@ impl PostgresSessionStore {
         } else {
             "updated_ns <= $5"
         };
-        let rows = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             let (after_ns, after_id) = match &after {
                 Some((ns, id)) => (Some(*ns), Some(id.as_str())),
                 None => (None, None),
@@ -817,7 +1046,8 @@ impl PostgresSessionStore {
                 )
                 .await
                 .map_err(|e| backend("list sessions", e))
-        })?;
+        });
+        let rows = query.await?;
         let mut listed = Vec::with_capacity(rows.len());
         for row in rows {
             let id: String = row.get(0);
@@ -844,11 +1074,11 @@ impl PostgresSessionStore {
     /// row still holds exactly that state (same revision, creation and update times), so
     /// saving it writes nothing; `Ok(None)` to save it as usual; [`Error::Conflict`] if
     /// another writer moved the revision (or deleted the session).
-    fn unchanged(&self, snapshot: &SessionSnapshot) -> Result<Option<Revision>> {
+    async fn unchanged(&self, snapshot: &SessionSnapshot) -> Result<Option<Revision>> {
         let id = snapshot.id().clone();
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
-        let row = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             client
                 .query_opt(
                     &prepared(
@@ -872,7 +1102,8 @@ impl PostgresSessionStore {
                     ))
                 })
                 .transpose()
-        })?;
+        });
+        let row = query.await?;
         let stored = row
             .map(|(revision, created_ns, updated_ns)| {
                 let revision = u64::try_from(revision).map_err(|_| {
@@ -905,7 +1136,10 @@ impl PostgresSessionStore {
     /// the update time and lengths) the snapshot was loaded at: one statement, so the server
     /// decides the compare-and-swap and the entry lands with the revision or not at all.
     /// On a miss, says why ([`Appended`]).
-    fn try_append(
+    // One statement with its fourteen parameters, then why it missed: splitting it would
+    // only scatter the compare-and-swap's conditions.
+    #[allow(clippy::too_many_lines)]
+    async fn try_append(
         &self,
         snapshot: &SessionSnapshot,
         entry: &[u8],
@@ -1019,13 +1253,14 @@ impl PostgresSessionStore {
                 Appended::NotDerived
             })
         })
+        .await
     }
 
     /// The history stats in the stored summary of `id` (for a save that replaces the whole
     /// view, which counts as one more edit of the stored history).
-    fn stored_stats(&self, id: &SessionId) -> Result<HistoryStats> {
+    async fn stored_stats(&self, id: &SessionId) -> Result<HistoryStats> {
         let key = id.to_string();
-        let json: Option<String> = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             Ok(client
                 .query_opt(
                     &prepared(
@@ -1038,12 +1273,14 @@ impl PostgresSessionStore {
                 .await
                 .map_err(|e| backend("read a session's summary", e))?
                 .map(|row| row.get(0)))
-        })?;
+        });
+        let json: Option<String> = query.await?;
         // The summary is a cache: one that does not decode is worked out from the log.
         match json.map(|json| self.summary_of(id.as_str(), &json, false)) {
             Some(Ok(summary)) => Ok(summary.history),
             Some(Err(_)) => self
                 .with_log(id, |log| log.state_at(None))
+                .await
                 .map(|s| s.history_stats()),
             None => Ok(HistoryStats::default()),
         }
@@ -1051,10 +1288,10 @@ impl PostgresSessionStore {
 
     /// The row of `id` and its entries, one consistent state read by one statement:
     /// the snapshot's bytes, each entry's format and bytes, and the row's revision.
-    fn read_rows(&self, id: &SessionId) -> Result<StoredRows> {
+    async fn read_rows(&self, id: &SessionId) -> Result<StoredRows> {
         let key = id.to_string();
         let limit = to_i64(self.max_snapshot_bytes);
-        let row = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             // The sizes are checked before the bytes are fetched.
             client
                 .query_opt(
@@ -1077,7 +1314,8 @@ impl PostgresSessionStore {
                 )
                 .await
                 .map_err(|e| backend("load a session", e))
-        })?;
+        });
+        let row = query.await?;
         let row = row.ok_or_else(|| Error::NotFound { id: id.clone() })?;
         // The types are those `migrate` gives the columns; a table made otherwise is an
         // error, never a panic.
@@ -1114,8 +1352,12 @@ impl PostgresSessionStore {
 
     /// Works `f` out from the log of `id` (its row's snapshot and entries), with every
     /// entry's body still bytes until a view needs it.
-    fn with_log<T>(&self, id: &SessionId, f: impl FnOnce(LogSource<'_>) -> Result<T>) -> Result<T> {
-        let rows = self.read_rows(id)?;
+    async fn with_log<T>(
+        &self,
+        id: &SessionId,
+        f: impl FnOnce(LogSource<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let rows = self.read_rows(id).await?;
         let location = self.location(id);
         let entries_location = self.entries_location(id);
         let base =
@@ -1161,7 +1403,9 @@ impl PostgresSessionStore {
     /// revision), as the new session's first state, or over the row of another session
     /// that had the same id (deleted and created again), whose entries go with it. One
     /// transaction.
-    fn write_whole(&self, snapshot: &SessionSnapshot, summary: String) -> Result<Revision> {
+    // Two ways to write, one transaction, and the conflict's report, as one sequence.
+    #[allow(clippy::too_many_lines)]
+    async fn write_whole(&self, snapshot: &SessionSnapshot, summary: String) -> Result<Revision> {
         let id = snapshot.id().clone();
         let expected = snapshot.revision();
         let revision = expected.next();
@@ -1179,7 +1423,7 @@ impl PostgresSessionStore {
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
         let counts = state_counts(snapshot.counts());
-        let found = self.with_client(move |mut client, schema| async move {
+        let query = self.with_client(move |mut client, schema| async move {
             let key = id.as_str();
             let written = if expected == Revision::NEW {
                 client
@@ -1254,7 +1498,8 @@ impl PostgresSessionStore {
                 .map_err(|e| backend("read a session's revision", e))?
                 .map(|row| row.get(0));
             Ok(Some(stored))
-        })?;
+        });
+        let found = query.await?;
         match found {
             None => Ok(revision),
             Some(stored) => Err(Error::Conflict {
@@ -1266,7 +1511,7 @@ impl PostgresSessionStore {
     }
 
     /// What a save does after [`try_append`](Self::try_append) said `outcome`.
-    fn appended(
+    async fn appended(
         &self,
         snapshot: &SessionSnapshot,
         outcome: Appended,
@@ -1287,7 +1532,7 @@ impl PostgresSessionStore {
                     oldest_revision: snapshot.revision().next(),
                     ..HistoryStats::default()
                 };
-                self.write_whole(snapshot, summary(stats)?)
+                self.write_whole(snapshot, summary(stats)?).await
             }
             Appended::TooLarge(size_bytes) => Err(Error::TooLarge {
                 location: self.entries_location(id),
@@ -1310,10 +1555,11 @@ impl PostgresSessionStore {
     }
 }
 
-impl SessionStore for PostgresSessionStore {
-    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+#[async_trait]
+impl AsyncSessionStore for Inner {
+    async fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         if snapshot.is_unchanged_since_stored() {
-            if let Some(revision) = self.unchanged(snapshot)? {
+            if let Some(revision) = self.unchanged(snapshot).await? {
                 return Ok(revision);
             }
         }
@@ -1336,7 +1582,9 @@ impl SessionStore for PostgresSessionStore {
         // A new session, or one whose redaction changed messages already stored (the
         // history would keep the text the redactor now removes): written whole.
         if expected == Revision::NEW || snapshot.replaces_history() {
-            return self.write_whole(snapshot, summary(snapshot.stats_once_saved(revision))?);
+            return self
+                .write_whole(snapshot, summary(snapshot.stats_once_saved(revision))?)
+                .await;
         }
         // Every save of a stored session appends one entry: what the snapshot says changed
         // since the state it derives from, or else everything (an edit the history keeps).
@@ -1349,56 +1597,65 @@ impl SessionStore for PostgresSessionStore {
             let bytes = entry.to_bytes(id)?;
             let stats = snapshot.stats_once_saved(revision);
             let oldest = snapshot.history_stats().oldest_revision;
-            match self.try_append(snapshot, &bytes, true, Some(oldest), &summary(stats)?)? {
+            match self
+                .try_append(snapshot, &bytes, true, Some(oldest), &summary(stats)?)
+                .await?
+            {
                 Appended::NotDerived => {}
                 // The history was trimmed since the snapshot was loaded: the summary counts
                 // what the stored log holds.
                 Appended::Trimmed => {
-                    let stats = self.stored_stats(id)?;
-                    let outcome = self.try_append(
-                        snapshot,
-                        &bytes,
-                        true,
-                        Some(stats.oldest_revision),
-                        &summary(stats.after(kind))?,
-                    )?;
-                    return self.appended(snapshot, outcome, summary);
+                    let stats = self.stored_stats(id).await?;
+                    let outcome = self
+                        .try_append(
+                            snapshot,
+                            &bytes,
+                            true,
+                            Some(stats.oldest_revision),
+                            &summary(stats.after(kind))?,
+                        )
+                        .await?;
+                    return self.appended(snapshot, outcome, summary).await;
                 }
-                outcome => return self.appended(snapshot, outcome, summary),
+                outcome => return self.appended(snapshot, outcome, summary).await,
             }
         }
-        let stats = self.stored_stats(id)?.after(EntryKind::Edit);
+        let stats = self.stored_stats(id).await?.after(EntryKind::Edit);
         let entry = snapshot.entry_replacing_all(revision)?.to_bytes(id)?;
-        let outcome = self.try_append(snapshot, &entry, false, None, &summary(stats)?)?;
-        self.appended(snapshot, outcome, summary)
+        let outcome = self
+            .try_append(snapshot, &entry, false, None, &summary(stats)?)
+            .await?;
+        self.appended(snapshot, outcome, summary).await
     }
 
-    fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        let mut snapshot = self.with_log(id, |log| log.state_at(None))?;
+    async fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        let mut snapshot = self.with_log(id, |log| log.state_at(None)).await?;
         let revision = snapshot.revision();
         snapshot.mark_stored(revision);
         Ok(snapshot)
     }
 
-    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
-        self.with_log(id, |log| log.state_at(Some(revision)))
+    async fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        self.with_log(id, |log| log.state_at(Some(revision))).await
     }
 
-    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
-        self.with_log(id, |log| log.revisions())
+    async fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        self.with_log(id, |log| log.revisions()).await
     }
 
-    fn history(&self, id: &SessionId) -> Result<History> {
+    async fn history(&self, id: &SessionId) -> Result<History> {
         self.with_log(id, |log| log.history().map(|(history, _)| history))
+            .await
     }
 
-    fn list(&self) -> Result<SessionList> {
-        self.list_scoped(ListScope::Active)
+    async fn list(&self) -> Result<SessionList> {
+        self.list_scoped(ListScope::Active).await
     }
 
-    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+    async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         let (sessions, unreadable) = self
-            .select_summaries(scope, None, None)?
+            .select_summaries(scope, None, None)
+            .await?
             .into_iter()
             .map(|(_, summary)| summary)
             .partition::<Vec<_>, _>(Result::is_ok);
@@ -1411,10 +1668,11 @@ impl SessionStore for PostgresSessionStore {
     /// Reads one page from the listing index (keyset pagination: the cost of a page does
     /// not grow with the store). Rows whose summary cannot be read are reported on the
     /// page they fall in.
-    fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+    async fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
         check_page_limit(limit)?;
-        let mut rows =
-            self.select_summaries(ListScope::Active, after, Some(limit.saturating_add(1)))?;
+        let mut rows = self
+            .select_summaries(ListScope::Active, after, Some(limit.saturating_add(1)))
+            .await?;
         // Whether there is more is decided by rows, readable or not: an unreadable one
         // still takes its place in the page.
         let more = rows.len() > limit;
@@ -1438,9 +1696,9 @@ impl SessionStore for PostgresSessionStore {
         })
     }
 
-    fn delete(&self, id: &SessionId) -> Result<()> {
+    async fn delete(&self, id: &SessionId) -> Result<()> {
         let key = id.to_string();
-        let deleted = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             client
                 .execute(
                     &prepared(
@@ -1452,16 +1710,17 @@ impl SessionStore for PostgresSessionStore {
                 )
                 .await
                 .map_err(|e| backend("delete a session", e))
-        })?;
+        });
+        let deleted = query.await?;
         if deleted == 0 {
             return Err(Error::NotFound { id: id.clone() });
         }
         Ok(())
     }
 
-    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+    async fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         let key = id.to_string();
-        let updated = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             client
                 .execute(
                     &prepared(
@@ -1473,19 +1732,20 @@ impl SessionStore for PostgresSessionStore {
                 )
                 .await
                 .map_err(|e| backend("archive a session", e))
-        })?;
+        });
+        let updated = query.await?;
         if updated == 0 {
             return Err(Error::NotFound { id: id.clone() });
         }
         Ok(())
     }
 
-    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+    async fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let key = listed.id.to_string();
         let revision = revision_column(&listed.id, listed.revision)?;
         let created = nanos(&listed.id, listed.created_at)?;
         let archived = listed.archived;
-        let outcome = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             let deleted = client
                 .execute(
                     &prepared(
@@ -1523,7 +1783,8 @@ impl SessionStore for PostgresSessionStore {
                     row.get::<_, bool>(2),
                 )
             })))
-        })?;
+        });
+        let outcome = query.await?;
         let Some(stored) = outcome else {
             return Ok(());
         };
@@ -1546,20 +1807,22 @@ impl SessionStore for PostgresSessionStore {
     /// version 2 as entries), and the summary counts what the log now holds. The
     /// transaction holds only while the row is still at the revision read; a save landing
     /// meanwhile makes it read again.
-    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+    async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         for _ in 0..3 {
-            let cut = self.with_log(id, |log| {
-                let read = log.last_revision();
-                if oldest == log.checkpoint.revision() {
-                    return Ok(None);
-                }
-                let trimmed = log.trimmed(oldest)?;
-                let mut head = LogSource::new(trimmed.checkpoint.clone());
-                for entry in &trimmed.entries {
-                    head.push(entry.clone());
-                }
-                Ok(Some((read, trimmed, head.state_at(None)?)))
-            })?;
+            let cut = self
+                .with_log(id, |log| {
+                    let read = log.last_revision();
+                    if oldest == log.checkpoint.revision() {
+                        return Ok(None);
+                    }
+                    let trimmed = log.trimmed(oldest)?;
+                    let mut head = LogSource::new(trimmed.checkpoint.clone());
+                    for entry in &trimmed.entries {
+                        head.push(entry.clone());
+                    }
+                    Ok(Some((read, trimmed, head.state_at(None)?)))
+                })
+                .await?;
             let Some((read, trimmed, head)) = cut else {
                 return Ok(0);
             };
@@ -1578,7 +1841,7 @@ impl SessionStore for PostgresSessionStore {
             let journal_bytes = to_i64(records.iter().map(|r| r.len() as u64).sum());
             let read = revision_column(id, read)?;
             let key = id.to_string();
-            let written = self.with_client(move |mut client, schema| async move {
+            let query = self.with_client(move |mut client, schema| async move {
                 let update = prepared(
                     &client,
                     &format!(
@@ -1623,7 +1886,8 @@ impl SessionStore for PostgresSessionStore {
                     .map_err(|e| backend("write a session's entries", e))?;
                 tx.commit().await.map_err(|e| backend("commit a trim", e))?;
                 Ok(true)
-            })?;
+            });
+            let written = query.await?;
             if written {
                 return Ok(trimmed.dropped);
             }
@@ -1637,9 +1901,9 @@ impl SessionStore for PostgresSessionStore {
         })
     }
 
-    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+    async fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
         let key = id.to_string();
-        let size = self.with_client(move |client, schema| async move {
+        let query = self.with_client(move |client, schema| async move {
             client
                 .query_opt(
                     &prepared(
@@ -1655,9 +1919,174 @@ impl SessionStore for PostgresSessionStore {
                 )
                 .await
                 .map_err(|e| backend("measure a session", e))
-        })?;
+        });
+        let size = query.await?;
         let row = size.ok_or_else(|| Error::NotFound { id: id.clone() })?;
         Ok(Some(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+    }
+}
+
+/// The synchronous face: each call is the async operation, spawned onto the store's
+/// runtime (its own, or the one [`PostgresStoreBuilder::connect_async`] was called in) and
+/// waited for.
+impl SessionStore for PostgresSessionStore {
+    fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        let snapshot = snapshot.clone();
+        self.run(|s| async move { s.save(&snapshot).await })
+    }
+
+    fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        let id = id.clone();
+        self.run(|s| async move { s.load(&id).await })
+    }
+
+    fn list(&self) -> Result<SessionList> {
+        self.run(|s| async move { s.list().await })
+    }
+
+    /// Reads one page from the listing index (keyset pagination: the cost of a page does
+    /// not grow with the store). Rows whose summary cannot be read are reported on the
+    /// page they fall in.
+    fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+        let after = after.cloned();
+        self.run(|s| async move { s.list_page(limit, after.as_ref()).await })
+    }
+
+    fn delete(&self, id: &SessionId) -> Result<()> {
+        let id = id.clone();
+        self.run(|s| async move { s.delete(&id).await })
+    }
+
+    fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        self.run(|s| async move { s.list_scoped(scope).await })
+    }
+
+    fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        let id = id.clone();
+        self.run(|s| async move { s.set_archived(&id, archived).await })
+    }
+
+    fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+        let listed = listed.clone();
+        self.run(|s| async move { s.delete_if_unchanged(&listed).await })
+    }
+
+    fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        let id = id.clone();
+        self.run(|s| async move { s.stored_bytes(&id).await })
+    }
+
+    fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        let id = id.clone();
+        self.run(|s| async move { s.load_at(&id, revision).await })
+    }
+
+    fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        let id = id.clone();
+        self.run(|s| async move { s.revisions(&id).await })
+    }
+
+    fn history(&self, id: &SessionId) -> Result<History> {
+        let id = id.clone();
+        self.run(|s| async move { s.history(&id).await })
+    }
+
+    fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        let id = id.clone();
+        self.run(|s| async move { s.restore(&id, revision).await })
+    }
+
+    fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        let id = id.clone();
+        self.run(|s| async move { s.trim_history(&id, oldest).await })
+    }
+
+    /// The store itself: its async calls await the pool directly (see
+    /// [`PostgresStoreBuilder::connect_async`]).
+    fn into_async(self: Arc<Self>) -> Arc<dyn AsyncSessionStore> {
+        self
+    }
+}
+
+/// The async face: the same operations, on the caller's task for a store made by
+/// [`PostgresStoreBuilder::connect_async`], spawned onto the store's runtime and awaited
+/// for one made by [`PostgresStoreBuilder::connect`].
+#[async_trait]
+impl AsyncSessionStore for PostgresSessionStore {
+    async fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
+        let snapshot = snapshot.clone();
+        self.call(|s| async move { s.save(&snapshot).await }).await
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
+        let id = id.clone();
+        self.call(|s| async move { s.load(&id).await }).await
+    }
+
+    async fn list(&self) -> Result<SessionList> {
+        self.call(|s| async move { s.list().await }).await
+    }
+
+    async fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
+        let after = after.cloned();
+        self.call(|s| async move { s.list_page(limit, after.as_ref()).await })
+            .await
+    }
+
+    async fn delete(&self, id: &SessionId) -> Result<()> {
+        let id = id.clone();
+        self.call(|s| async move { s.delete(&id).await }).await
+    }
+
+    async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
+        self.call(|s| async move { s.list_scoped(scope).await })
+            .await
+    }
+
+    async fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
+        let id = id.clone();
+        self.call(|s| async move { s.set_archived(&id, archived).await })
+            .await
+    }
+
+    async fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
+        let listed = listed.clone();
+        self.call(|s| async move { s.delete_if_unchanged(&listed).await })
+            .await
+    }
+
+    async fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
+        let id = id.clone();
+        self.call(|s| async move { s.stored_bytes(&id).await })
+            .await
+    }
+
+    async fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
+        let id = id.clone();
+        self.call(|s| async move { s.load_at(&id, revision).await })
+            .await
+    }
+
+    async fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
+        let id = id.clone();
+        self.call(|s| async move { s.revisions(&id).await }).await
+    }
+
+    async fn history(&self, id: &SessionId) -> Result<History> {
+        let id = id.clone();
+        self.call(|s| async move { s.history(&id).await }).await
+    }
+
+    async fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        let id = id.clone();
+        self.call(|s| async move { s.restore(&id, revision).await })
+            .await
+    }
+
+    async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
+        let id = id.clone();
+        self.call(|s| async move { s.trim_history(&id, oldest).await })
+            .await
     }
 }
 
@@ -1700,7 +2129,7 @@ mod tests {
             .connect(&format!("host=127.0.0.1 port={port} user=x dbname=x"))
             .unwrap();
         // Before the timeouts, this call never returned.
-        let error = store.list().unwrap_err();
+        let error = SessionStore::list(&store).unwrap_err();
         assert!(matches!(error, Error::Backend { .. }), "{error:?}");
         assert!(error.to_string().contains("reachable"), "{error}");
         drop(silent);
