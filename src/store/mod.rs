@@ -11,14 +11,16 @@ mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_tls;
 
 // For the links in the docs: the defaults' errors come from `head_only`.
 #[cfg(doc)]
 use crate::error::Error;
-#[cfg(doc)]
-use crate::snapshot::EntryKind;
 use crate::error::Result;
 use crate::id::{Revision, SessionId};
+#[cfg(doc)]
+use crate::snapshot::EntryKind;
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 
 pub(crate) use async_store::{ready, InlineStore};
