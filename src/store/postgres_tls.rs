@@ -217,7 +217,16 @@ pub(super) fn certificate_hint(error: &(dyn StdError + 'static)) -> Option<Strin
         CertificateError::UnknownIssuer => format!(
             "the server's TLS certificate was not trusted (it is not signed by a trusted certificate authority): {PASS_CA}"
         ),
-        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+        CertificateError::NotValidForNameContext { expected, presented } => format!(
+            "the server's TLS certificate was not trusted: it is for {}, not for the host this store connects to ({}); connect with a host name or address the certificate holds (host= in the connection string), or give the server a certificate for this one",
+            if presented.is_empty() {
+                "no host name".to_owned()
+            } else {
+                presented.iter().map(|name| bare_name(name)).collect::<Vec<_>>().join(", ")
+            },
+            expected.to_str(),
+        ),
+        CertificateError::NotValidForName => {
             "the server's TLS certificate was not trusted: it does not name the host this store connects to; connect with a host name or address the certificate holds (host= in the connection string), or give the server a certificate for this one".to_owned()
         }
         CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -231,6 +240,14 @@ pub(super) fn certificate_hint(error: &(dyn StdError + 'static)) -> Option<Strin
         ),
     };
     Some(hint)
+}
+
+/// A name as rustls presents it (`DnsName("db.example")`, `IpAddress(10.0.0.1)`), bare.
+fn bare_name(presented: &str) -> &str {
+    presented
+        .split_once('(')
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .map_or(presented, |inner| inner.trim_matches('"'))
 }
 
 /// The certificate problem a rustls handshake reported somewhere in `error`'s chain.
@@ -339,6 +356,20 @@ MIIBujCCAWGgAwIBAgIUHB+hW6xCG2B+X75viky5szAAiL4wCgYIKoZIzj0EAwIw
         let name = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
         let hint = certificate_hint(&name).expect("a hint");
         assert!(hint.contains("host"), "{hint}");
+
+        let name = rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+            expected: rustls::pki_types::ServerName::try_from("db.invalid").expect("a name"),
+            presented: vec![
+                "DnsName(\"localhost\")".to_owned(),
+                "IpAddress(127.0.0.1)".to_owned(),
+            ],
+        });
+        let hint = certificate_hint(&name).expect("a hint");
+        assert!(
+            hint.contains("it is for localhost, 127.0.0.1, not"),
+            "{hint}"
+        );
+        assert!(hint.contains("(db.invalid)"), "{hint}");
 
         let other = std::io::Error::other("connection refused");
         assert!(certificate_hint(&other).is_none());
