@@ -32,8 +32,22 @@ mod postgres_tls {
     /// The environment variable naming the PEM file of the test server's CA.
     const CA_ENV: &str = "AGENT_SESSION_POSTGRES_CA";
 
-    /// A CA that signed nothing the test server holds (a fixture, valid until 2126).
-    const UNRELATED_CA: &str = include_str!("fixtures/unrelated-ca.pem");
+    /// A CA that signed nothing the test server holds (made once with `openssl req -x509`,
+    /// P-256, valid until 2126; its key was thrown away). Not a file in tests/fixtures/,
+    /// which holds only snapshot fixtures, one folder per schema version.
+    const UNRELATED_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBujCCAWGgAwIBAgIUHB+hW6xCG2B+X75viky5szAAiL4wCgYIKoZIzj0EAwIw
+KjEoMCYGA1UEAwwfYWdlbnQtc2Vzc2lvbiB1bnJlbGF0ZWQgdGVzdCBDQTAgFw0y
+NjEyMDIwNTM2MzhaGA8yMTI2MTEwODA1MzYzOFowKjEoMCYGA1UEAwwfYWdlbnQt
+c2Vzc2lvbiB1bnJlbGF0ZWQgdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEH
+A0IABPb2zVjIB+uNKMZ6QBlBh89VQtDwEXJApjrPuNW/I5OlMYj3l6Z+mLRl5fgS
+4xlzZvtSylJXk+jpkiLmIZ3nw5ujYzBhMB0GA1UdDgQWBBTkd7qxO8zlcvTy894S
+/PkjO0L9iDAfBgNVHSMEGDAWgBTkd7qxO8zlcvTy894S/PkjO0L9iDAPBgNVHRMB
+Af8EBTADAQH/MA4GA1UdDwEB/wQEAwIBBjAKBggqhkjOPQQDAgNHADBEAiAugjVL
+LFIGNgZZyZ7qTpvJPXRgSYyk66lAlRmIjgkt/wIgSgDlk2cCzqX6Ry6wudM2l8Z0
+ZH6QwN3a9o18K3bgj54=
+-----END CERTIFICATE-----
+";
 
     /// The test server's CA file, from [`CA_ENV`]; panics saying how to get one.
     fn ca_path() -> String {
