@@ -12,11 +12,20 @@
 # `postgresql` package if there are none), runs initdb into a new temporary directory
 # (trust authentication, superuser `agent_session`), starts the server on a free port of
 # 127.0.0.1 with fsync off, and sets an EXIT trap that stops it and removes the directory,
-# keeping the script's exit status. PostgreSQL refuses to run as root: as root the cluster
+# keeping the script's exit status.
+#
+# The server also accepts TLS: a throw-away CA and a server certificate for `localhost`
+# and 127.0.0.1 (made with `openssl`, installed from Debian's `openssl` package if
+# missing), with AGENT_SESSION_POSTGRES_CA exported as the CA's PEM file, for
+# tests/postgres_tls.rs. AGENT_SESSION_POSTGRES_URL says `sslmode=disable`: the rest of
+# the suite (and the benchmarks) talk to it in clear text, as before; the TLS tests put
+# `sslmode=require` after it. Without openssl the server starts without TLS and
+# AGENT_SESSION_POSTGRES_CA is not set (the TLS tests then fail saying so). PostgreSQL refuses to run as root: as root the cluster
 # belongs to, and runs as, the `postgres` system user (created if missing).
 #
 # Settings (environment):
 #   AGENT_SESSION_POSTGRES_URL   use this server; start nothing
+#   AGENT_SESSION_POSTGRES_CA    (with the URL) the PEM file of the CA that signed its certificate
 #   AGENT_SESSION_PG_BINDIR      directory holding initdb, pg_ctl and postgres (skips the search)
 #   AGENT_SESSION_PG_OS_USER     system user that runs the server when we are root (postgres)
 #
@@ -168,6 +177,49 @@ pg_server__free_port() {
     return 1
 }
 
+# Makes the TLS files in $1 (a new directory): ca.pem, a CA valid for a week, and
+# server.pem / server.key, signed by it for DNS:localhost and IP:127.0.0.1. The CA's key
+# is deleted once the server's certificate is signed. P-256 keys: quick to make.
+pg_server__make_certs() {
+    local dir=$1
+    (
+        set -e
+        cd -- "$dir"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout ca.key -out ca.pem -days 7 -subj "/CN=agent-session test CA" \
+            -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign"
+        openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout server.key -out server.csr -subj "/CN=localhost"
+        printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+            "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+            "extendedKeyUsage=serverAuth" >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+            -out server.pem -days 7 -extfile server.ext
+        rm -f ca.key ca.srl server.csr server.ext
+        # PostgreSQL refuses a key that others may read; it must belong to the server user.
+        chmod 600 server.key
+        chmod 644 ca.pem server.pem
+    ) >"$dir/openssl.log" 2>&1
+}
+
+# Makes openssl available (Debian's package, as root or through sudo); fails if it cannot.
+pg_server__ensure_openssl() {
+    command -v openssl >/dev/null 2>&1 && return 0
+    command -v apt-get >/dev/null 2>&1 || return 1
+    local -a sudo=()
+    if ((EUID != 0)); then
+        command -v sudo >/dev/null 2>&1 || return 1
+        if [[ -t 0 ]]; then sudo=(sudo); else sudo=(sudo -n); fi
+    fi
+    pg_server__log "openssl not found (it makes the test server's TLS certificate): installing Debian's openssl package"
+    # To stderr: nothing of apt's in the caller's output.
+    { ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update \
+        && ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y --no-install-recommends openssl; } >&2 || return 1
+    command -v openssl >/dev/null 2>&1
+}
+
 pg_server__log_tail() {
     local file=$1
     if [[ -s $file ]]; then
@@ -221,6 +273,20 @@ pg_server_start() {
         pg_server__log_tail "$PG_SERVER_ROOT/initdb.log"
         return 1
     fi
+    # TLS with a throw-away CA (see the top of this file); a server without it otherwise.
+    local tls_dir=$PG_SERVER_ROOT/tls tls_conf=''
+    if pg_server__ensure_openssl && mkdir -m 755 -- "$tls_dir" \
+        && pg_server__make_certs "$tls_dir"; then
+        if ((EUID == 0)); then
+            chown "$PG_SERVER_OS_USER:" "$tls_dir/server.key" "$tls_dir/server.pem" || return 1
+        fi
+        tls_conf="ssl = on
+ssl_cert_file = '$tls_dir/server.pem'
+ssl_key_file = '$tls_dir/server.key'"
+    else
+        pg_server__log "could not make a TLS certificate (no openssl?): the server starts without TLS, and the TLS tests will fail"
+        pg_server__log_tail "$tls_dir/openssl.log"
+    fi
     # Settings for a throw-away server: reachable only from this machine, no durability.
     # (Single-quoted values: the directory name comes from mktemp and holds no quote.)
     cat >>"$PG_SERVER_DATA/postgresql.conf" <<EOF
@@ -232,6 +298,7 @@ max_connections = 200
 fsync = off
 synchronous_commit = off
 full_page_writes = off
+$tls_conf
 EOF
 
     # Another process may take the port between the check and the bind: try a few.
@@ -273,8 +340,13 @@ EOF
         done
     fi
 
-    export AGENT_SESSION_POSTGRES_URL="host=127.0.0.1 port=$PG_SERVER_PORT user=$PG_SERVER_USER dbname=postgres"
-    pg_server__log "PostgreSQL $("$PG_SERVER_BINDIR/postgres" --version 2>/dev/null | awk '{print $3}') ready in $((SECONDS - started)) s: AGENT_SESSION_POSTGRES_URL=\"$AGENT_SESSION_POSTGRES_URL\""
+    # Clear text for the suite, as before: the server now offers TLS, which the store's
+    # default (sslmode=prefer) would use and verify against roots that lack the test CA.
+    export AGENT_SESSION_POSTGRES_URL="host=127.0.0.1 port=$PG_SERVER_PORT user=$PG_SERVER_USER dbname=postgres sslmode=disable"
+    if [[ -n $tls_conf ]]; then
+        export AGENT_SESSION_POSTGRES_CA=$tls_dir/ca.pem
+    fi
+    pg_server__log "PostgreSQL $("$PG_SERVER_BINDIR/postgres" --version 2>/dev/null | awk '{print $3}') ready in $((SECONDS - started)) s: AGENT_SESSION_POSTGRES_URL=\"$AGENT_SESSION_POSTGRES_URL\"${AGENT_SESSION_POSTGRES_CA:+ AGENT_SESSION_POSTGRES_CA=$AGENT_SESSION_POSTGRES_CA}"
 }
 
 # Stops the server started by pg_server_start and removes its directory. Safe to call

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 
+use super::postgres_tls::{self, TlsSettings};
 use super::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
     Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
@@ -107,8 +107,28 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 /// With both traits in scope, a method call names its trait:
 /// `SessionStore::load(&store, id)` or `AsyncSessionStore::load(&store, id).await`.
 ///
-/// Connections are made without TLS: reach the server over a trusted network, a Unix
-/// socket, or a TLS tunnel.
+/// # TLS
+///
+/// The connection string's `sslmode` decides whether connections use TLS (rustls):
+///
+/// - `require`: always TLS; a server that does not offer it is refused. Use it for any
+///   server reached over a network you do not control.
+/// - `prefer` (the default, as in libpq): TLS whenever the server offers it, verified just
+///   as with `require`; clear text only with a server that offers no TLS at all (such as a
+///   Unix socket). A server that offers TLS with a certificate that is not trusted is
+///   refused, never used in clear text instead. `prefer` does not stop an attacker on the
+///   path who makes the server look as if it had no TLS: that takes `require`.
+/// - `disable`: clear text, for a trusted network, a Unix socket or a TLS tunnel.
+///
+/// Whenever TLS is used the server's certificate is verified in full, as libpq's
+/// `sslmode=verify-full` does (tokio-postgres names neither `verify-ca` nor `verify-full`:
+/// write `require`): it must chain to a trusted root and name the host that `host=` gives
+/// (a DNS name, or an IP address). The trusted roots are the Mozilla roots compiled into
+/// the `webpki-roots` crate, unless the builder is given others
+/// ([`PostgresStoreBuilder::tls_root_certificates_file`],
+/// [`PostgresStoreBuilder::tls_root_certificates_pem`]), as a server with a private or
+/// self-signed CA needs. There is no setting that accepts an untrusted certificate. A
+/// refused certificate is an [`Error::Backend`] whose message says so and what to do.
 ///
 /// # Examples
 ///
@@ -225,6 +245,8 @@ pub struct PostgresStoreBuilder {
     pool_size: usize,
     connect_timeout: std::time::Duration,
     query_timeout: std::time::Duration,
+    /// The TLS trust roots (`postgres_tls.rs`, with their builder methods).
+    pub(super) tls: TlsSettings,
 }
 
 impl PostgresStoreBuilder {
@@ -280,8 +302,9 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a malformed `config`, an invalid schema name, or a
-    /// pool size of 0; [`Error::Backend`] if the store's runtime cannot start.
+    /// [`Error::InvalidArgument`] for a malformed `config`, an invalid schema name, a
+    /// pool size of 0, or TLS root certificates that cannot be read or used (unless
+    /// `sslmode=disable`); [`Error::Backend`] if the store's runtime cannot start.
     pub fn connect(&self, config: &str) -> Result<PostgresSessionStore> {
         self.check()?;
         let manager = self.manager(config)?;
@@ -395,13 +418,14 @@ impl PostgresStoreBuilder {
                 "-c statement_timeout={millis} -c lock_timeout={millis}"
             ));
         }
-        Ok(Manager::from_config(
+        // Clear text for sslmode=disable, verified TLS otherwise (postgres_tls.rs).
+        postgres_tls::manager(
             pg_config,
-            NoTls,
+            &self.tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
-        ))
+        )
     }
 
     /// The connection pool, built in the runtime context its timers bind to.
@@ -625,7 +649,9 @@ fn backend(operation: &str, error: impl Into<BoxError>) -> Error {
     });
     let older_tables = code.is_some_and(|code| *code == SqlState::UNDEFINED_COLUMN);
     let unreachable = error.is::<deadpool_postgres::PoolError>();
-    let operation = if missing_tables {
+    let operation = if let Some(hint) = postgres_tls::certificate_hint(&*error) {
+        format!("{operation}: {hint}")
+    } else if missing_tables {
         format!("{operation}: the store's tables do not exist; call PostgresSessionStore::migrate first")
     } else if older_tables {
         format!("{operation}: the store's tables were made by an older release; call PostgresSessionStore::migrate to bring them up to date")
@@ -735,6 +761,7 @@ impl PostgresSessionStore {
             pool_size: 8,
             connect_timeout: CONNECT_TIMEOUT,
             query_timeout: QUERY_TIMEOUT,
+            tls: TlsSettings::default(),
         }
     }
 
