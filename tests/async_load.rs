@@ -161,9 +161,8 @@ mod load {
         assert_eq!(driven.len(), SESSIONS);
         let mut lost = 0;
         for session in driven {
-            let stored = store
-                .load(&session.id)
-                .expect("an acknowledged session loads");
+            let stored =
+                SessionStore::load(store, &session.id).expect("an acknowledged session loads");
             assert_eq!(stored.revision().as_u64(), TURNS as u64, "{}", session.id);
             let said: Vec<String> = stored
                 .transcript()
@@ -202,6 +201,8 @@ mod load {
         driven.iter().map(|d| d.saves_never_pending).sum()
     }
 
+    /// On a multi-thread runtime, with a store made by `connect` (its own runtime, its
+    /// futures awaited from the caller's).
     #[test]
     fn two_hundred_sessions_on_a_multi_thread_runtime_lose_nothing() {
         let schemas = Schemas::new();
@@ -222,17 +223,24 @@ mod load {
         check_and_report("multi-thread runtime", &fresh, &driven, took);
     }
 
+    /// On one thread, with a store made on that runtime (`connect_async`): no thread of
+    /// the store's own, so every save's waiting must give the only thread back.
     #[test]
     fn two_hundred_sessions_on_a_current_thread_runtime_make_progress() {
         let schemas = Schemas::new();
         let schema = schemas.name();
-        let store = super::pg::connect(&schema);
-        store.migrate().expect("migrate");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
-        let (driven, took) = runtime.block_on(drive_all(harness(store)));
+        let (driven, took) = runtime.block_on(async {
+            let store = PostgresSessionStore::builder()
+                .schema(schema.clone())
+                .connect_async(&super::pg::url())
+                .expect("connect on this runtime");
+            store.migrate_async().await.expect("migrate");
+            drive_all(harness(store)).await
+        });
         assert_eq!(saves_that_blocked(&driven), 0, "saves that never yielded");
         let fresh = super::pg::connect(&schema);
         check_and_report("current-thread runtime", &fresh, &driven, took);
@@ -248,19 +256,19 @@ mod load {
             &self,
             snapshot: &agent_session::SessionSnapshot,
         ) -> agent_session::Result<agent_session::Revision> {
-            self.0.save(snapshot)
+            SessionStore::save(&self.0, snapshot)
         }
         async fn load(
             &self,
             id: &SessionId,
         ) -> agent_session::Result<agent_session::SessionSnapshot> {
-            self.0.load(id)
+            SessionStore::load(&self.0, id)
         }
         async fn list(&self) -> agent_session::Result<agent_session::SessionList> {
-            self.0.list()
+            SessionStore::list(&self.0)
         }
         async fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
-            self.0.delete(id)
+            SessionStore::delete(&self.0, id)
         }
     }
 

@@ -9,6 +9,7 @@ use super::{
 };
 use chrono::{DateTime, Utc};
 
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::snapshot::{
@@ -52,6 +53,10 @@ struct Stored {
     counts: Counts,
     /// The length of the log's JSON form ([`SessionStore::stored_bytes`]), once measured.
     bytes: Option<u64>,
+    /// The lengths of the state at every revision kept, oldest first (the oldest's
+    /// revision, then one entry a revision), so a restore appends its entry without
+    /// reading the log; worked out from the log when it is not known (after a trim).
+    index: Option<(Revision, Vec<Counts>)>,
     archived: bool,
 }
 
@@ -73,6 +78,7 @@ impl Stored {
             counts: head.counts(),
             checkpoint,
             entries: Vec::new(),
+            index: Some((revision, vec![head.counts()])),
             head: Some(head),
             bytes: None,
             archived,
@@ -112,7 +118,50 @@ impl Stored {
         self.updated_at = snapshot.updated_at();
         self.counts = snapshot.counts();
         self.bytes = None;
+        if let Some((_, counts)) = &mut self.index {
+            counts.push(self.counts);
+        }
         self.entries.push(entry);
+    }
+
+    /// [`SessionStore::restore`] of this session to `to`: one appended entry naming the
+    /// revision and its lengths, as the file store writes it; the head is worked out at the
+    /// next load.
+    fn restore(&mut self, id: &SessionId, to: Revision) -> Result<Revision> {
+        let (oldest, counts) = match &self.index {
+            Some(index) => index,
+            None => self.index.insert(self.log().revision_index()),
+        };
+        let restored = to
+            .as_u64()
+            .checked_sub(oldest.as_u64())
+            .and_then(|offset| usize::try_from(offset).ok())
+            .and_then(|offset| counts.get(offset).copied())
+            .ok_or_else(|| Error::RevisionNotFound {
+                id: id.clone(),
+                revision: to,
+                oldest: *oldest,
+                newest: self.revision,
+            })?;
+        let counts = Counts {
+            messages: restored.messages,
+            tool_calls: restored.tool_calls,
+            // Usage is never taken back: the completions since were paid for.
+            usage: self.counts.usage,
+        };
+        let next = self.revision.next();
+        let updated_at = clock::next_stamp(self.updated_at, self.created_at);
+        self.entries
+            .push(LogEntry::restoring(next, updated_at, to, counts));
+        self.head = None;
+        self.revision = next;
+        self.updated_at = updated_at;
+        self.counts = counts;
+        self.bytes = None;
+        if let Some((_, kept)) = &mut self.index {
+            kept.push(counts);
+        }
+        Ok(next)
     }
 }
 
@@ -229,8 +278,13 @@ impl SessionStore for MemorySessionStore {
             // Worked out again at the next load, with the history it now keeps.
             stored.head = None;
             stored.bytes = None;
+            stored.index = None;
             Ok(trimmed.dropped)
         })
+    }
+
+    fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
+        self.with_stored(id, |stored| stored.restore(id, revision))
     }
 
     /// Its calls never wait for I/O (only for the store's lock, held for the call), so
