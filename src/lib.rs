@@ -110,6 +110,9 @@
 #[cfg(not(unix))]
 compile_error!("agent-session supports Unix platforms (Linux and macOS): the file store relies on Unix permissions and O_NOFOLLOW");
 
+#[cfg(feature = "async-openai-0_43")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async-openai-0_43")))]
+pub mod adapters;
 mod clock;
 mod compactor;
 mod engine;

@@ -43,6 +43,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("lifecycle", 5),
     ("harness", 6),
     ("testing", 6),
+    // Feature-gated conversions to other crates' types, over the whole public API.
+    ("adapters", 7),
 ];
 
 /// The one circle the layout keeps: an error names a session ([`SessionId`], in `id`) and
