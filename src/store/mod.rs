@@ -15,10 +15,10 @@ mod postgres;
 // For the links in the docs: the defaults' errors come from `head_only`.
 #[cfg(doc)]
 use crate::error::Error;
-#[cfg(doc)]
-use crate::snapshot::EntryKind;
 use crate::error::Result;
 use crate::id::{Revision, SessionId};
+#[cfg(doc)]
+use crate::snapshot::EntryKind;
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 
 pub(crate) use async_store::{ready, InlineStore};
