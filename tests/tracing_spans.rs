@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use agent_session::{
     Autosave, BoxError, BoxFuture, Completion, CompletionRequest, ContentBlock, Engine,
-    FileSessionStore, Harness, Message, Revision, RewindTo, Role, SessionId, SessionOptions,
-    StopReason, ToolCall, ToolDefinition, ToolExecutor, ToolOutput, Usage,
+    FileSessionStore, Harness, MemorySessionStore, Message, Revision, RewindTo, Role, SessionId,
+    SessionOptions, SessionSnapshot, SessionStore, StopReason, ToolCall, ToolDefinition,
+    ToolExecutor, ToolOutput, Usage,
 };
 use serde_json::json;
 use tracing::field::{Field, Visit};
@@ -500,6 +501,47 @@ async fn store_turn_and_harness_spans_carry_ids_sizes_and_outcomes_but_no_conten
         leaks.is_empty(),
         "content leaked into spans or events: {leaks:#?}"
     );
+}
+
+/// The memory store's spans: the store's name, the bytes of the stored form, and the
+/// outcome of each call, on the caller's thread.
+#[test]
+fn memory_store_spans_name_the_store_and_count_what_it_keeps() {
+    let recorder = Recorder::default();
+    let id = SessionId::parse("memory-session").expect("id");
+    tracing::subscriber::with_default(recorder.clone(), || {
+        let store = MemorySessionStore::new();
+        let snapshot = SessionSnapshot::builder(id.clone(), MODEL)
+            .system_prompt(format!("{MARKER}-system-prompt"))
+            .metadata_entry(format!("{MARKER}-key"), json!(format!("{MARKER}-value")))
+            .transcript(vec![Message::user(format!("{MARKER}-user-message"))])
+            .build()
+            .expect("snapshot");
+        let revision = store.save(&snapshot).expect("save");
+        assert_eq!(store.load(&id).expect("load").revision(), revision);
+        store.delete(&id).expect("delete");
+        assert!(store.delete(&id).is_err());
+    });
+    let spans = recorder.spans();
+    let save = store_spans(&spans, "save", &id);
+    assert_eq!(save.len(), 1, "{spans:?}");
+    assert_eq!(save[0].field("agent_session.store"), Some("memory"));
+    assert_eq!(save[0].number("agent_session.revision"), Some(1));
+    assert!(save[0]
+        .number("agent_session.bytes_written")
+        .is_some_and(|n| n > 0));
+    assert_ok(save[0]);
+    let load = store_spans(&spans, "load", &id);
+    assert_eq!(load.len(), 1, "{spans:?}");
+    assert_eq!(load[0].number("agent_session.revision"), Some(1));
+    assert_eq!(load[0].field("agent_session.bytes_read"), None);
+    assert_ok(load[0]);
+    let deletes = store_spans(&spans, "delete", &id);
+    assert_eq!(deletes.len(), 2, "{spans:?}");
+    assert_ok(deletes[0]);
+    assert_eq!(deletes[1].field("error.type"), Some("not_found"));
+    let leaks = recorder.lock().leaks(MARKER);
+    assert!(leaks.is_empty(), "{leaks:#?}");
 }
 
 /// The negative control: the recorder and the scan do catch a marker that reaches a span
