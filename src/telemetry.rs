@@ -16,12 +16,12 @@
 //! | span | field | value |
 //! |---|---|---|
 //! | `agent_session.store` | `gen_ai.conversation.id` | the session id (absent for listings) |
-//! | | `agent_session.store` | `file`, `memory` (`postgres` for the PostgreSQL store) |
-//! | | `agent_session.operation` | `save`, `load`, `load_at`, `list`, `list_scoped`, `delete`, `delete_if_unchanged`, `set_archived`, `stored_bytes`, `revisions`, `history`, `restore`, `trim_history` |
+//! | | `agent_session.store` | `file`, `memory` (and `postgres`, once the PostgreSQL store calls [`store_op`]) |
+//! | | `agent_session.operation` | `save`, `load`, `load_at`, `list`, `list_scoped`, `delete`, `delete_if_unchanged`, `set_archived`, `stored_bytes`, `revisions`, `history`, `restore`, `trim_history` (and `list_page` for stores that override it) |
 //! | | `agent_session.revision` | the revision saved, loaded, asked for or restored to |
 //! | | `agent_session.bytes_written` | bytes the operation wrote (file store: every file written; memory store: the stored form); absent when nothing was written |
 //! | | `agent_session.bytes_read` | bytes the operation read from files; absent when nothing was read |
-//! | | `agent_session.sessions` | sessions listed |
+//! | | `agent_session.sessions` | sessions listed (a listing, or a page of one) |
 //! | `agent_session.turn` | `gen_ai.operation.name` | `invoke_agent` |
 //! | | `gen_ai.conversation.id` | the session id |
 //! | | `gen_ai.request.model` | the model of the session's options |
@@ -69,7 +69,7 @@ use crate::error::{ErrorKind, Result};
 use crate::id::{Revision, SessionId};
 use crate::session::{StopReason, TurnOutcome};
 use crate::snapshot::SessionSnapshot;
-use crate::store::SessionList;
+use crate::store::{SessionList, SessionPage};
 
 /// The name of `kind` in the `agent_session.outcome` and `error.type` fields.
 pub(crate) fn kind_name(kind: ErrorKind) -> &'static str {
@@ -123,6 +123,13 @@ impl Traced for SessionSnapshot {
 }
 
 impl Traced for SessionList {
+    #[inline]
+    fn trace(&self, span: &OpSpan) {
+        span.record_count("agent_session.sessions", self.sessions.len());
+    }
+}
+
+impl Traced for SessionPage {
     #[inline]
     fn trace(&self, span: &OpSpan) {
         span.record_count("agent_session.sessions", self.sessions.len());
