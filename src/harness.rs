@@ -14,6 +14,7 @@ use crate::session::{AsyncCheckpoint, Session, SessionOptions, TurnOutcome};
 use crate::snapshot::SessionSnapshot;
 use crate::snapshot::{ForkAt, RewindTo};
 use crate::store::{AsyncSessionStore, ListCursor, SessionList, SessionPage, SessionStore};
+use crate::telemetry;
 use crate::transcript::Message;
 
 /// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor.
@@ -314,7 +315,8 @@ where
     pub fn save_session(&self, session: &mut Session<E>) -> Result<Revision> {
         let mut snapshot = session.snapshot();
         redact(self.redactor.as_deref(), &mut snapshot);
-        let saved = self.store.save(&snapshot);
+        let span = telemetry::harness_op("save_session", session.id());
+        let saved = span.run(|| self.store.save(&snapshot));
         record_save(session, &snapshot, saved)
     }
 
@@ -350,7 +352,8 @@ where
     pub async fn save_session_async(&self, session: &mut Session<E>) -> Result<Revision> {
         let mut snapshot = session.snapshot();
         redact(self.redactor.as_deref(), &mut snapshot);
-        let saved = self.async_store.save(&snapshot).await;
+        let span = telemetry::harness_op("save_session", session.id());
+        let saved = span.run_async(self.async_store.save(&snapshot)).await;
         record_save(session, &snapshot, saved)
     }
 

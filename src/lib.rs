@@ -102,6 +102,35 @@
 //! - Numbers inside metadata and tool arguments round-trip exactly as 64-bit integers or
 //!   floats; integers beyond the 64-bit range become floats. Keep such values as strings.
 //!
+//! # Features
+//!
+//! - `postgres`: `PostgresSessionStore`, for sessions shared by several machines.
+//! - `testing`: `agent_session::testing`, the store contract suite for custom stores.
+//! - `tracing`: [`tracing`](https://docs.rs/tracing) spans, at level `INFO`, with
+//!   OpenTelemetry field names. Without the feature they cost nothing.
+//!   - `agent_session.store`, one per operation of [`FileSessionStore`] and
+//!     [`MemorySessionStore`]: `gen_ai.conversation.id` (the session id),
+//!     `agent_session.store` (`file`, `memory`), `agent_session.operation` (`save`,
+//!     `load`, `list`, `restore`, …, the method's name), `agent_session.revision`,
+//!     `agent_session.bytes_read` and `agent_session.bytes_written` (when any),
+//!     `agent_session.sessions` (listings);
+//!   - `agent_session.turn`, one per [`Session::send`] (and its variants):
+//!     `gen_ai.operation.name` (`invoke_agent`), `gen_ai.conversation.id`,
+//!     `gen_ai.request.model`, `agent_session.completions`, `agent_session.tool_calls`,
+//!     `agent_session.stop_reason` (`finished`, `max_turns`);
+//!   - `agent_session.harness`, one per [`Harness::save_session`] (and every harness
+//!     save): `gen_ai.conversation.id`, `agent_session.operation` (`save_session`),
+//!     `agent_session.revision`;
+//!   - on every span, the outcome: `agent_session.outcome` (`ok` or the
+//!     [`ErrorKind`]: `not_found`, `conflict`, `invalid_input`, `corrupt`, `io`, `busy`,
+//!     `engine`), `otel.status_code` (`OK`, `ERROR`) and, on failure, `error.type` (the
+//!     kind).
+//!
+//!   Store operations run by a turn, a harness save or another store operation are its
+//!   child spans, also on [`BlockingStore`]'s blocking pool. Message text, tool
+//!   arguments and results, the system prompt, metadata and error messages are never
+//!   recorded: ids, the model name, revisions, sizes, counts and kinds only.
+//!
 //! The JSON format of a snapshot is documented field by field in
 //! [`docs/FORMAT.md`](https://docs.rs/crate/agent-session/latest/source/docs/FORMAT.md).
 
@@ -125,6 +154,7 @@ mod redact;
 mod session;
 mod snapshot;
 mod store;
+mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

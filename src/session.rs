@@ -22,6 +22,7 @@ use crate::snapshot::{
     Counts, HistoryStats, PersistedOptions, Provenance, RestoreTarget, RewindTo, SessionSnapshot,
     SnapshotParts, ToolCallRecord, ToolCallStatus, DEFAULT_MAX_TURNS,
 };
+use crate::telemetry;
 use crate::transcript::{
     blocks_depth, dismantle_message, dismantle_output, message_depth, ContentBlock, Message, Role,
     ToolCall, ToolOutput, ToolResult,
@@ -514,6 +515,16 @@ impl<E: Engine> Session<E> {
     }
 
     async fn run_turn(
+        &mut self,
+        message: Message,
+        checkpoint: Option<Saver<'_, '_>>,
+    ) -> Result<TurnOutcome> {
+        let span = telemetry::turn(&self.id, &self.options.model);
+        span.run_async(self.run_turn_steps(message, checkpoint))
+            .await
+    }
+
+    async fn run_turn_steps(
         &mut self,
         message: Message,
         mut checkpoint: Option<Saver<'_, '_>>,
@@ -1207,5 +1218,20 @@ impl<E> Drop for Turn<'_, E> {
             self.session
                 .push_result(result, &pending, ToolCallStatus::Interrupted);
         }
+    }
+}
+
+impl crate::telemetry::Traced for TurnOutcome {
+    #[inline]
+    fn trace(&self, span: &crate::telemetry::OpSpan) {
+        span.record_count("agent_session.completions", self.completions);
+        span.record_count("agent_session.tool_calls", self.tool_calls);
+        span.record_str(
+            "agent_session.stop_reason",
+            match self.stop {
+                StopReason::Finished => "finished",
+                StopReason::MaxTurns => "max_turns",
+            },
+        );
     }
 }

@@ -32,6 +32,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("clock", 0),
     ("json", 0),
+    // Spans (feature `tracing`): ids, kinds, sizes; the types above trace themselves.
+    ("telemetry", 1),
     ("transcript", 1),
     ("usage", 1),
     ("redact", 2),

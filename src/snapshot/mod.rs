@@ -744,3 +744,12 @@ impl SnapshotBuilder {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::telemetry::Traced for SessionSnapshot {
+    #[inline]
+    fn trace(&self, span: &crate::telemetry::OpSpan) {
+        span.record_revision(self.revision());
+    }
+}
+
+impl crate::telemetry::Traced for History {}

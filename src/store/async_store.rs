@@ -16,6 +16,7 @@ use crate::store::{
     check_page_limit, head_only, ListCursor, ListScope, SessionList, SessionPage, SessionStore,
     SessionSummary,
 };
+use crate::telemetry;
 
 /// Where sessions are kept, for async code: the operations of [`SessionStore`], each a
 /// future, with the same contract (revisions, conflicts, durability, errors). Every store
@@ -321,7 +322,9 @@ impl<S: SessionStore + ?Sized + 'static> BlockingStore<S> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return call(&store);
         };
-        match runtime.spawn_blocking(move || call(&store)).await {
+        // The store's spans are children of the caller's (a turn's, a harness save's).
+        let call = telemetry::in_current_span(move || call(&store));
+        match runtime.spawn_blocking(call).await {
             Ok(outcome) => outcome,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => Err(Error::Backend {

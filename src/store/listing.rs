@@ -376,3 +376,17 @@ impl SessionPage {
         }
     }
 }
+
+impl crate::telemetry::Traced for SessionList {
+    #[inline]
+    fn trace(&self, span: &crate::telemetry::OpSpan) {
+        span.record_count("agent_session.sessions", self.sessions.len());
+    }
+}
+
+impl crate::telemetry::Traced for SessionPage {
+    #[inline]
+    fn trace(&self, span: &crate::telemetry::OpSpan) {
+        span.record_count("agent_session.sessions", self.sessions.len());
+    }
+}

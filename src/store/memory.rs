@@ -15,6 +15,7 @@ use crate::id::SessionId;
 use crate::snapshot::{
     Counts, History, HistoryStats, LogEntry, LogSource, RevisionInfo, SessionSnapshot,
 };
+use crate::telemetry;
 
 /// A [`SessionStore`] that keeps snapshots in memory, with the same compare-and-swap
 /// semantics as the file store. Nothing survives the process.
@@ -195,96 +196,111 @@ impl MemorySessionStore {
 
 impl SessionStore for MemorySessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
-        let mut sessions = self.sessions();
-        let stored = sessions.get_mut(snapshot.id());
-        check_revision(
-            snapshot.id(),
-            snapshot.revision(),
-            stored.as_ref().map(|s| s.revision),
-        )?;
-        let revision = snapshot.revision().next();
-        let Some(stored) = stored else {
-            // Refuse what the file store would refuse (a snapshot too deep to read back), so
-            // tests against this store do not pass where the file store fails.
-            let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
-            let mut stored = Stored::new(snapshot, revision, false);
-            stored.bytes = Some(bytes);
-            sessions.insert(snapshot.id().clone(), stored);
-            return Ok(revision);
-        };
-        let derives = snapshot.derives_from(
-            stored.revision,
-            stored.created_at,
-            stored.updated_at,
-            stored.counts,
-        );
-        // Exactly what is stored (loaded, or saved and not changed since): nothing to do.
-        if derives && snapshot.is_unchanged_since_stored() {
-            return Ok(stored.revision);
-        }
-        if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
-            // Another session under the same id (deleted and created again): replaced whole,
-            // as the file store's journal ignores an older session's records.
-            let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
-            let archived = stored.archived;
-            *stored = Stored::new(snapshot, revision, archived);
-            stored.bytes = Some(bytes);
-            return Ok(revision);
-        }
-        // Every other save appends one entry, as the file store's journal does: the cost is
-        // the change's, and history keeps what a rewind, a compaction or a whole save
-        // replaced.
-        let entry = match snapshot.entry_since_stored(revision).filter(|_| derives) {
-            Some(entry) => entry,
-            None => snapshot.entry_replacing_all(revision)?,
-        };
-        // Refuse what the file store would refuse (an entry too deep to read back).
-        entry.to_bytes(snapshot.id())?;
-        stored.append(entry, snapshot);
-        Ok(revision)
+        telemetry::store_op("save", "memory", Some(snapshot.id())).run(|| {
+            let mut sessions = self.sessions();
+            let stored = sessions.get_mut(snapshot.id());
+            check_revision(
+                snapshot.id(),
+                snapshot.revision(),
+                stored.as_ref().map(|s| s.revision),
+            )?;
+            let revision = snapshot.revision().next();
+            let Some(stored) = stored else {
+                // Refuse what the file store would refuse (a snapshot too deep to read back), so
+                // tests against this store do not pass where the file store fails.
+                let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
+                telemetry::wrote(bytes);
+                let mut stored = Stored::new(snapshot, revision, false);
+                stored.bytes = Some(bytes);
+                sessions.insert(snapshot.id().clone(), stored);
+                return Ok(revision);
+            };
+            let derives = snapshot.derives_from(
+                stored.revision,
+                stored.created_at,
+                stored.updated_at,
+                stored.counts,
+            );
+            // Exactly what is stored (loaded, or saved and not changed since): nothing to do.
+            if derives && snapshot.is_unchanged_since_stored() {
+                return Ok(stored.revision);
+            }
+            if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
+                // Another session under the same id (deleted and created again): replaced whole,
+                // as the file store's journal ignores an older session's records.
+                let bytes = snapshot.to_json_with_revision(revision)?.len() as u64;
+                telemetry::wrote(bytes);
+                let archived = stored.archived;
+                *stored = Stored::new(snapshot, revision, archived);
+                stored.bytes = Some(bytes);
+                return Ok(revision);
+            }
+            // Every other save appends one entry, as the file store's journal does: the cost is
+            // the change's, and history keeps what a rewind, a compaction or a whole save
+            // replaced.
+            let entry = match snapshot.entry_since_stored(revision).filter(|_| derives) {
+                Some(entry) => entry,
+                None => snapshot.entry_replacing_all(revision)?,
+            };
+            // Refuse what the file store would refuse (an entry too deep to read back).
+            telemetry::wrote(entry.to_bytes(snapshot.id())?.len() as u64);
+            stored.append(entry, snapshot);
+            Ok(revision)
+        })
     }
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        self.with_stored(id, |stored| {
-            let mut snapshot = stored.head()?.clone();
-            let revision = snapshot.revision();
-            snapshot.mark_stored(revision);
-            Ok(snapshot)
+        telemetry::store_op("load", "memory", Some(id)).run(|| {
+            self.with_stored(id, |stored| {
+                let mut snapshot = stored.head()?.clone();
+                let revision = snapshot.revision();
+                snapshot.mark_stored(revision);
+                Ok(snapshot)
+            })
         })
     }
 
     fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
-        let log = self.with_stored(id, |stored| Ok(stored.log()))?;
-        log.state_at(Some(revision))
+        telemetry::store_op("load_at", "memory", Some(id)).run(|| {
+            let log = self.with_stored(id, |stored| Ok(stored.log()))?;
+            log.state_at(Some(revision))
+        })
     }
 
     fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
-        let log = self.with_stored(id, |stored| Ok(stored.log()))?;
-        log.revisions()
+        telemetry::store_op("revisions", "memory", Some(id)).run(|| {
+            let log = self.with_stored(id, |stored| Ok(stored.log()))?;
+            log.revisions()
+        })
     }
 
     fn history(&self, id: &SessionId) -> Result<History> {
-        let log = self.with_stored(id, |stored| Ok(stored.log()))?;
-        log.history().map(|(history, _)| history)
+        telemetry::store_op("history", "memory", Some(id)).run(|| {
+            let log = self.with_stored(id, |stored| Ok(stored.log()))?;
+            log.history().map(|(history, _)| history)
+        })
     }
 
     fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
-        self.with_stored(id, |stored| {
-            let trimmed = stored.log().trimmed(oldest)?;
-            let mut checkpoint = trimmed.checkpoint;
-            checkpoint.mark_stored(oldest);
-            stored.checkpoint = checkpoint;
-            stored.entries = trimmed.entries;
-            // Worked out again at the next load, with the history it now keeps.
-            stored.head = None;
-            stored.bytes = None;
-            stored.index = None;
-            Ok(trimmed.dropped)
+        telemetry::store_op("trim_history", "memory", Some(id)).run(|| {
+            self.with_stored(id, |stored| {
+                let trimmed = stored.log().trimmed(oldest)?;
+                let mut checkpoint = trimmed.checkpoint;
+                checkpoint.mark_stored(oldest);
+                stored.checkpoint = checkpoint;
+                stored.entries = trimmed.entries;
+                // Worked out again at the next load, with the history it now keeps.
+                stored.head = None;
+                stored.bytes = None;
+                stored.index = None;
+                Ok(trimmed.dropped)
+            })
         })
     }
 
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
-        self.with_stored(id, |stored| stored.restore(id, revision))
+        telemetry::store_op("restore", "memory", Some(id))
+            .run(|| self.with_stored(id, |stored| stored.restore(id, revision)))
     }
 
     /// Its calls never wait for I/O (only for the store's lock, held for the call), so
@@ -294,65 +310,76 @@ impl SessionStore for MemorySessionStore {
     }
 
     fn list(&self) -> Result<SessionList> {
-        self.list_scoped(ListScope::Active)
+        // Its span holds the span of the `list_scoped` it runs.
+        telemetry::store_op("list", "memory", None).run(|| self.list_scoped(ListScope::Active))
     }
 
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
-        let summaries = self
-            .sessions()
-            .values_mut()
-            .filter(|s| scope.includes(s.archived))
-            .map(|s| {
-                let mut summary = SessionSummary::of(s.head()?);
-                summary.archived = s.archived;
-                Ok(summary)
-            })
-            .collect::<Result<_>>()?;
-        Ok(SessionList::new(summaries, Vec::new()))
+        telemetry::store_op("list_scoped", "memory", None).run(|| {
+            let summaries = self
+                .sessions()
+                .values_mut()
+                .filter(|s| scope.includes(s.archived))
+                .map(|s| {
+                    let mut summary = SessionSummary::of(s.head()?);
+                    summary.archived = s.archived;
+                    Ok(summary)
+                })
+                .collect::<Result<_>>()?;
+            Ok(SessionList::new(summaries, Vec::new()))
+        })
     }
 
     fn delete(&self, id: &SessionId) -> Result<()> {
-        self.sessions()
-            .remove(id)
-            .map(drop)
-            .ok_or_else(|| Error::NotFound { id: id.clone() })
+        telemetry::store_op("delete", "memory", Some(id)).run(|| {
+            self.sessions()
+                .remove(id)
+                .map(drop)
+                .ok_or_else(|| Error::NotFound { id: id.clone() })
+        })
     }
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
-        self.with_stored(id, |stored| {
-            // Measured when asked (a prune with a size limit), not at every append: the
-            // checkpoint's JSON and every entry's stored form, as the file store keeps them.
-            let bytes = if let Some(bytes) = stored.bytes {
-                bytes
-            } else {
-                let mut bytes = stored.checkpoint.to_json()?.len() as u64;
-                for entry in &stored.entries {
-                    bytes += entry.to_bytes(id)?.len() as u64;
-                }
-                bytes
-            };
-            stored.bytes = Some(bytes);
-            Ok(Some(bytes))
+        telemetry::store_op("stored_bytes", "memory", Some(id)).run(|| {
+            self.with_stored(id, |stored| {
+                // Measured when asked (a prune with a size limit), not at every append: the
+                // checkpoint's JSON and every entry's stored form, as the file store keeps them.
+                let bytes = if let Some(bytes) = stored.bytes {
+                    bytes
+                } else {
+                    let mut bytes = stored.checkpoint.to_json()?.len() as u64;
+                    for entry in &stored.entries {
+                        bytes += entry.to_bytes(id)?.len() as u64;
+                    }
+                    bytes
+                };
+                stored.bytes = Some(bytes);
+                Ok(Some(bytes))
+            })
         })
     }
 
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
-        self.with_stored(id, |stored| {
-            stored.archived = archived;
-            Ok(())
+        telemetry::store_op("set_archived", "memory", Some(id)).run(|| {
+            self.with_stored(id, |stored| {
+                stored.archived = archived;
+                Ok(())
+            })
         })
     }
 
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
-        let mut sessions = self.sessions();
-        let stored = sessions.get(&listed.id).map(|s| StoredVersion {
-            revision: s.revision,
-            created_at: s.created_at,
-            archived: s.archived,
-        });
-        check_unchanged(listed, stored)?;
-        sessions.remove(&listed.id);
-        Ok(())
+        telemetry::store_op("delete_if_unchanged", "memory", Some(&listed.id)).run(|| {
+            let mut sessions = self.sessions();
+            let stored = sessions.get(&listed.id).map(|s| StoredVersion {
+                revision: s.revision,
+                created_at: s.created_at,
+                archived: s.archived,
+            });
+            check_unchanged(listed, stored)?;
+            sessions.remove(&listed.id);
+            Ok(())
+        })
     }
 }
 

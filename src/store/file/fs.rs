@@ -102,7 +102,9 @@ impl FileSystem for OsFileSystem {
     }
 
     fn write_all(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
-        file.write_all(bytes)
+        file.write_all(bytes)?;
+        crate::telemetry::wrote(bytes.len() as u64);
+        Ok(())
     }
 
     fn sync_file(&self, file: &File) -> io::Result<()> {
@@ -170,7 +172,9 @@ impl FileSystem for OsFileSystem {
     }
 
     fn write_all_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
-        file.write_all_at(bytes, offset)
+        file.write_all_at(bytes, offset)?;
+        crate::telemetry::wrote(bytes.len() as u64);
+        Ok(())
     }
 
     fn set_len(&self, file: &File, len: u64) -> io::Result<()> {

@@ -30,6 +30,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::snapshot::{EntryKind, History, RevisionInfo, SessionSnapshot};
+use crate::telemetry;
 use fs::{FileSystem, OsFileSystem};
 use lock::{StoreLock, WriteLock, DEFAULT_LOCK_TIMEOUT};
 use private_dir::open_private_dir;
@@ -450,68 +451,70 @@ impl SessionStore for FileSessionStore {
     /// name and renamed over the old one, so nothing is written through a planted link;
     /// the journal is opened with `O_NOFOLLOW` and checked like a snapshot.
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
-        let id = snapshot.id();
-        if snapshot.is_unchanged_since_stored() {
-            if let Some(revision) = self.unchanged(snapshot)? {
-                return Ok(revision);
+        telemetry::store_op("save", "file", Some(snapshot.id())).run(|| {
+            let id = snapshot.id();
+            if snapshot.is_unchanged_since_stored() {
+                if let Some(revision) = self.unchanged(snapshot)? {
+                    return Ok(revision);
+                }
             }
-        }
-        let revision = snapshot.revision().next();
-        // Encoding does not depend on what is stored, so it happens before taking the lock.
-        let derived = match snapshot.entry_since_stored(revision) {
-            Some(entry) => Some((entry.to_bytes(id)?, entry.kind())),
-            None => None,
-        };
-        let _lock = self.write_lock()?;
-        self.check_root()?;
-        let stored = self.stored_state(id, true)?;
-        check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
-        let Some(stored) = stored else {
-            self.remove_orphan_marker(id)?;
-            return self.rewrite(snapshot, revision);
-        };
-        // Another session deleted and created again under the same id: its log is not
-        // this snapshot's, so the snapshot replaces it whole, as a delete and a first
-        // save would.
-        // A snapshot whose redaction changed messages already stored replaces the history
-        // too: the earlier revisions would keep the text the redactor now removes.
-        if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
-            // Forks that share this session's first messages get their own copy first.
-            self.materialize_forks_of(id)?;
-            return self.rewrite(snapshot, revision);
-        }
-        // Every other save appends one entry: what the snapshot says changed since the
-        // stored state it derives from, or else everything (an edit the history keeps).
-        let follows_stored = match (stored.verified, stored.counts, stored.updated_at) {
-            (true, Some(counts), Some(updated_at)) => {
-                snapshot.derives_from(stored.revision, stored.created_at, updated_at, counts)
+            let revision = snapshot.revision().next();
+            // Encoding does not depend on what is stored, so it happens before taking the lock.
+            let derived = match snapshot.entry_since_stored(revision) {
+                Some(entry) => Some((entry.to_bytes(id)?, entry.kind())),
+                None => None,
+            };
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            let stored = self.stored_state(id, true)?;
+            check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
+            let Some(stored) = stored else {
+                self.remove_orphan_marker(id)?;
+                return self.rewrite(snapshot, revision);
+            };
+            // Another session deleted and created again under the same id: its log is not
+            // this snapshot's, so the snapshot replaces it whole, as a delete and a first
+            // save would.
+            // A snapshot whose redaction changed messages already stored replaces the history
+            // too: the earlier revisions would keep the text the redactor now removes.
+            if stored.created_at != snapshot.created_at() || snapshot.replaces_history() {
+                // Forks that share this session's first messages get their own copy first.
+                self.materialize_forks_of(id)?;
+                return self.rewrite(snapshot, revision);
             }
-            _ => false,
-        };
-        let (entry, kind) = match derived.filter(|_| follows_stored) {
-            Some(entry) => entry,
-            None => (
-                snapshot.entry_replacing_all(revision)?.to_bytes(id)?,
-                EntryKind::Edit,
-            ),
-        };
-        // What the stored log holds (a trim since the snapshot was loaded may have dropped
-        // some of what the snapshot counted), with the entry.
-        let stats = match stored.stats {
-            Some(stats) => stats.after(kind),
-            None => snapshot.stats_once_saved(revision),
-        };
-        if stored.verified && stored.journal_version != Some(1) {
-            return self.append(&write::After::snapshot(snapshot), &stored, &entry, stats);
-        }
-        // A journal of an earlier format, or one whose last record may not be durable (its
-        // fdatasync failed), is written again whole with the entry added, and made durable
-        // as a new file; a state that does not load (damaged past its header) is replaced
-        // by the snapshot instead, which repairs it.
-        match self.rewrite_journal(snapshot, &stored, &entry, stats) {
-            Err(e) if e.is_corrupt() => self.rewrite(snapshot, revision),
-            written => written,
-        }
+            // Every other save appends one entry: what the snapshot says changed since the
+            // stored state it derives from, or else everything (an edit the history keeps).
+            let follows_stored = match (stored.verified, stored.counts, stored.updated_at) {
+                (true, Some(counts), Some(updated_at)) => {
+                    snapshot.derives_from(stored.revision, stored.created_at, updated_at, counts)
+                }
+                _ => false,
+            };
+            let (entry, kind) = match derived.filter(|_| follows_stored) {
+                Some(entry) => entry,
+                None => (
+                    snapshot.entry_replacing_all(revision)?.to_bytes(id)?,
+                    EntryKind::Edit,
+                ),
+            };
+            // What the stored log holds (a trim since the snapshot was loaded may have dropped
+            // some of what the snapshot counted), with the entry.
+            let stats = match stored.stats {
+                Some(stats) => stats.after(kind),
+                None => snapshot.stats_once_saved(revision),
+            };
+            if stored.verified && stored.journal_version != Some(1) {
+                return self.append(&write::After::snapshot(snapshot), &stored, &entry, stats);
+            }
+            // A journal of an earlier format, or one whose last record may not be durable (its
+            // fdatasync failed), is written again whole with the entry added, and made durable
+            // as a new file; a state that does not load (damaged past its header) is replaced
+            // by the snapshot instead, which repairs it.
+            match self.rewrite_journal(snapshot, &stored, &entry, stats) {
+                Err(e) if e.is_corrupt() => self.rewrite(snapshot, revision),
+                written => written,
+            }
+        })
     }
 
     /// Loads and verifies the snapshot of `id`, with its journal's records applied.
@@ -527,29 +530,37 @@ impl SessionStore for FileSessionStore {
     /// Opens with `O_NOFOLLOW`, refuses non-regular files and hard-linked files, and reads
     /// at most the size limit.
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        self.check_root()?;
-        self.read(id)?
-            .ok_or_else(|| Error::NotFound { id: id.clone() })
+        telemetry::store_op("load", "file", Some(id)).run(|| {
+            self.check_root()?;
+            self.read(id)?
+                .ok_or_else(|| Error::NotFound { id: id.clone() })
+        })
     }
 
     /// Reads the session's base and journal as [`load`](SessionStore::load) does, and
     /// works out `revision` from them, decoding only the entries whose messages its view
     /// holds.
     fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
-        self.check_root()?;
-        self.with_log(id, false, |log| log.state_at(Some(revision)))
+        telemetry::store_op("load_at", "file", Some(id)).run(|| {
+            self.check_root()?;
+            self.with_log(id, false, |log| log.state_at(Some(revision)))
+        })
     }
 
     /// Reads the base and the heads of the journal's entries (not their messages).
     fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
-        self.check_root()?;
-        self.with_log(id, false, |log| log.revisions())
+        telemetry::store_op("revisions", "file", Some(id)).run(|| {
+            self.check_root()?;
+            self.with_log(id, false, |log| log.revisions())
+        })
     }
 
     /// Reads the base and the whole journal.
     fn history(&self, id: &SessionId) -> Result<History> {
-        self.check_root()?;
-        self.with_log(id, false, |log| log.history().map(|(history, _)| history))
+        telemetry::store_op("history", "file", Some(id)).run(|| {
+            self.check_root()?;
+            self.with_log(id, false, |log| log.history().map(|(history, _)| history))
+        })
     }
 
     /// Writes the log again without the revisions before `oldest`, in three atomic steps
@@ -558,9 +569,11 @@ impl SessionStore for FileSessionStore {
     /// `docs/FORMAT.md`, "Retention"). Forks sharing a dropped revision get their own copy
     /// first.
     fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
-        let _lock = self.write_lock()?;
-        self.check_root()?;
-        self.trim_history_locked(id, oldest)
+        telemetry::store_op("trim_history", "file", Some(id)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            self.trim_history_locked(id, oldest)
+        })
     }
 
     /// Appends one restore entry naming `revision` and its lengths, without reading the
@@ -570,14 +583,16 @@ impl SessionStore for FileSessionStore {
     /// the session. A session this store does not know as verified, or whose journal is
     /// of an older format, is restored by loading and saving instead.
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
-        {
-            let _lock = self.write_lock()?;
-            self.check_root()?;
-            if let Some(new) = self.restore_by_appending(id, revision)? {
-                return Ok(new);
+        telemetry::store_op("restore", "file", Some(id)).run(|| {
+            {
+                let _lock = self.write_lock()?;
+                self.check_root()?;
+                if let Some(new) = self.restore_by_appending(id, revision)? {
+                    return Ok(new);
+                }
             }
-        }
-        crate::store::restore_by_saving(self, id, revision)
+            crate::store::restore_by_saving(self, id, revision)
+        })
     }
 
     /// Lists every `<id>.json` in the directory that is not archived, from each session's
@@ -588,15 +603,20 @@ impl SessionStore for FileSessionStore {
     /// [`SessionList::unreadable`]; other names (journals, summaries, temporary files, the
     /// lock) are not sessions.
     fn list(&self) -> Result<SessionList> {
-        self.list_scoped(ListScope::Active)
+        telemetry::store_op("list", "file", None).run(|| {
+            self.check_root()?;
+            self.list_in(ListScope::Active)
+        })
     }
 
     /// As [`list`](SessionStore::list), for the sessions in `scope`: a session is archived
     /// while an empty marker file `<id>.archived` sits beside it, so archived sessions
     /// outside the scope are skipped by name, without reading anything of them.
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
-        self.check_root()?;
-        self.list_in(scope)
+        telemetry::store_op("list_scoped", "file", None).run(|| {
+            self.check_root()?;
+            self.list_in(scope)
+        })
     }
 
     /// Deletes the session's files (a symbolic link in their place is removed, not
@@ -607,9 +627,11 @@ impl SessionStore for FileSessionStore {
     ///
     /// [`Error::NotFound`] if there is no such session; [`Error::Io`] otherwise.
     fn delete(&self, id: &SessionId) -> Result<()> {
-        let _lock = self.write_lock()?;
-        self.check_root()?;
-        self.delete_locked(id)
+        telemetry::store_op("delete", "file", Some(id)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            self.delete_locked(id)
+        })
     }
 
     /// Archives or restores the session by creating or removing its empty marker file
@@ -620,44 +642,50 @@ impl SessionStore for FileSessionStore {
     ///
     /// [`Error::NotFound`] if there is no such session; [`Error::Io`] otherwise.
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
-        let _lock = self.write_lock()?;
-        self.check_root()?;
-        self.set_archived_locked(id, archived)
+        telemetry::store_op("set_archived", "file", Some(id)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            self.set_archived_locked(id, archived)
+        })
     }
 
     /// The sizes of the session's snapshot file and journal, from `lstat`.
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
-        self.check_root()?;
-        let mut bytes = 0;
-        for (path, required) in [(self.path_of(id), true), (self.journal_path(id), false)] {
-            match self.fs.symlink_metadata(&path) {
-                Ok(meta) => bytes += meta.len(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound && required => {
-                    return Err(Error::NotFound { id: id.clone() })
+        telemetry::store_op("stored_bytes", "file", Some(id)).run(|| {
+            self.check_root()?;
+            let mut bytes = 0;
+            for (path, required) in [(self.path_of(id), true), (self.journal_path(id), false)] {
+                match self.fs.symlink_metadata(&path) {
+                    Ok(meta) => bytes += meta.len(),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && required => {
+                        return Err(Error::NotFound { id: id.clone() })
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("inspect", &path, e)),
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("inspect", &path, e)),
             }
-        }
-        Ok(Some(bytes))
+            Ok(Some(bytes))
+        })
     }
 
     /// Deletes the session if it is still as listed (revision, creation time, archive
     /// marker), deciding and deleting under the store's write lock, so no save or archive
     /// change (from this process or another) can land in between.
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
-        let _lock = self.write_lock()?;
-        self.check_root()?;
-        let id = &listed.id;
-        let stored = match self.stored_state(id, false)? {
-            Some(known) => Some(StoredVersion {
-                revision: known.revision,
-                created_at: known.created_at,
-                archived: self.is_archived(id)?,
-            }),
-            None => None,
-        };
-        check_unchanged(listed, stored)?;
-        self.delete_locked(id)
+        telemetry::store_op("delete_if_unchanged", "file", Some(&listed.id)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            let id = &listed.id;
+            let stored = match self.stored_state(id, false)? {
+                Some(known) => Some(StoredVersion {
+                    revision: known.revision,
+                    created_at: known.created_at,
+                    archived: self.is_archived(id)?,
+                }),
+                None => None,
+            };
+            check_unchanged(listed, stored)?;
+            self.delete_locked(id)
+        })
     }
 }

@@ -110,7 +110,10 @@ impl FileSessionStore {
                     .and_then(|bytes| SessionSnapshot::decode_unvalidated(&bytes))
             } else {
                 match window::decode(file, meta.len(), limit) {
-                    Ok(Some(snapshot)) => return Ok(snapshot),
+                    Ok(Some(snapshot)) => {
+                        crate::telemetry::read(meta.len());
+                        return Ok(snapshot);
+                    }
                     Ok(None) => {
                         let bytes = read_bytes(file, meta, path, limit, false)?;
                         SessionSnapshot::decode_unvalidated(&bytes)

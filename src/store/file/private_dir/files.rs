@@ -174,6 +174,7 @@ pub(in crate::store::file) fn read_bytes(
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io("read", path, e))?;
     let read = bytes.len() as u64;
+    crate::telemetry::read(read);
     if !head && read > limit {
         return Err(Error::TooLarge {
             location: Location::File(path.to_path_buf()),
