@@ -104,7 +104,11 @@
 //!
 //! # Features
 //!
-//! - `postgres`: `PostgresSessionStore`, for sessions shared by several machines.
+//! - `postgres`: `PostgresSessionStore`, for sessions shared by several machines
+//!   (async-native with `PostgresStoreBuilder::connect_async`; TLS through rustls,
+//!   certificates always verified).
+//! - `async-openai-0_43`: `adapters::async_openai`, conversions between async-openai's
+//!   chat message types and [`Message`], through the OpenAI Chat codec.
 //! - `testing`: `agent_session::testing`, the store contract suite for custom stores.
 //! - `tracing`: [`tracing`](https://docs.rs/tracing) spans, at level `INFO`, with
 //!   OpenTelemetry field names. Without the feature they cost nothing.
