@@ -112,8 +112,8 @@
 //! - `testing`: `agent_session::testing`, the store contract suite for custom stores.
 //! - `tracing`: [`tracing`](https://docs.rs/tracing) spans, at level `INFO`, with
 //!   OpenTelemetry field names. Without the feature they cost nothing.
-//!   - `agent_session.store`, one per operation of [`FileSessionStore`] and
-//!     [`MemorySessionStore`]: `gen_ai.conversation.id` (the session id),
+//!   - `agent_session.store`, one per operation of [`FileSessionStore`],
+//!     [`MemorySessionStore`] and `PostgresSessionStore` (no byte counts there): `gen_ai.conversation.id` (the session id),
 //!     `agent_session.store` (`file`, `memory`), `agent_session.operation` (`save`,
 //!     `load`, `list`, `restore`, …, the method's name), `agent_session.revision`,
 //!     `agent_session.bytes_read` and `agent_session.bytes_written` (when any),

@@ -1,7 +1,7 @@
 //! Spans for store operations, turns and harness saves (feature `tracing`).
 //!
-//! With the feature, every [`SessionStore`](crate::SessionStore) operation of the file and
-//! memory stores, every turn ([`Session::send`](crate::Session::send) and its variants)
+//! With the feature, every [`SessionStore`](crate::SessionStore) operation of the file,
+//! memory and PostgreSQL stores (the last without byte counts), every turn ([`Session::send`](crate::Session::send) and its variants)
 //! and every harness save opens a [`tracing`] span at level `INFO`. Without it the helpers
 //! below are zero-sized types and empty `#[inline]` functions: the call sites compile to
 //! nothing and the `tracing` crate is not built.

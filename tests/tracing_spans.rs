@@ -544,6 +544,81 @@ fn memory_store_spans_name_the_store_and_count_what_it_keeps() {
     assert!(leaks.is_empty(), "{leaks:#?}");
 }
 
+#[cfg(feature = "postgres")]
+#[path = "common/postgres.rs"]
+mod pg;
+
+/// The PostgreSQL store's spans, through its synchronous and its async face (the async
+/// one on the caller's current-thread runtime, a store made there by `connect_async`).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_store_spans_name_the_store_in_both_faces() {
+    use agent_session::{AsyncSessionStore, PostgresSessionStore};
+
+    let recorder = Recorder::default();
+    let schemas = pg::Schemas::new();
+    let schema = schemas.name();
+    let id = SessionId::parse("postgres-session").expect("id");
+    let missing = SessionId::parse("postgres-missing").expect("id");
+    tracing::subscriber::with_default(recorder.clone(), || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let store = PostgresSessionStore::builder()
+                .schema(schema.clone())
+                .connect_async(&pg::url())
+                .expect("connect");
+            store.migrate_async().await.expect("migrate");
+            let snapshot = SessionSnapshot::builder(id.clone(), MODEL)
+                .system_prompt(format!("{MARKER}-system-prompt"))
+                .metadata_entry(format!("{MARKER}-key"), json!(format!("{MARKER}-value")))
+                .transcript(vec![Message::user(format!("{MARKER}-user-message"))])
+                .build()
+                .expect("snapshot");
+            let revision = AsyncSessionStore::save(&store, &snapshot)
+                .await
+                .expect("save");
+            let loaded = AsyncSessionStore::load(&store, &id).await.expect("load");
+            assert_eq!(loaded.revision(), revision);
+            assert!(AsyncSessionStore::load(&store, &missing).await.is_err());
+        });
+        // The synchronous face, from this plain thread, on a store with its own runtime.
+        let store = PostgresSessionStore::builder()
+            .schema(schema.clone())
+            .connect(&pg::url())
+            .expect("connect");
+        assert_eq!(
+            SessionStore::load(&store, &id).expect("load").revision(),
+            Revision::from_u64(1)
+        );
+        SessionStore::delete(&store, &id).expect("delete");
+    });
+    let spans = recorder.spans();
+    let save = store_spans(&spans, "save", &id);
+    assert_eq!(save.len(), 1, "{spans:?}");
+    assert_eq!(save[0].field("agent_session.store"), Some("postgres"));
+    assert_eq!(save[0].number("agent_session.revision"), Some(1));
+    assert_ok(save[0]);
+    let loads = store_spans(&spans, "load", &id);
+    assert_eq!(loads.len(), 2, "async and sync: {spans:?}");
+    for load in loads {
+        assert_eq!(load.field("agent_session.store"), Some("postgres"));
+        assert_eq!(load.number("agent_session.revision"), Some(1));
+        assert_ok(load);
+    }
+    let missed = store_spans(&spans, "load", &missing);
+    assert_eq!(missed.len(), 1, "{spans:?}");
+    assert_eq!(missed[0].field("error.type"), Some("not_found"));
+    assert_eq!(missed[0].field("otel.status_code"), Some("ERROR"));
+    let deletes = store_spans(&spans, "delete", &id);
+    assert_eq!(deletes.len(), 1, "{spans:?}");
+    assert_ok(deletes[0]);
+    let leaks = recorder.lock().leaks(MARKER);
+    assert!(leaks.is_empty(), "{leaks:#?}");
+}
+
 /// The negative control: the recorder and the scan do catch a marker that reaches a span
 /// field, a recorded value or an event.
 #[test]

@@ -27,6 +27,7 @@ use crate::snapshot::{
     EntryKind, History, HistoryStats, Lineage, LogSource, RevisionInfo, SessionSnapshot,
 };
 use crate::store::AsyncSessionStore;
+use crate::telemetry;
 use crate::usage::Cost;
 
 /// The schema the store uses when none is set.
@@ -1959,16 +1960,19 @@ impl AsyncSessionStore for Inner {
 impl SessionStore for PostgresSessionStore {
     fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let snapshot = snapshot.clone();
-        self.run(|s| async move { s.save(&snapshot).await })
+        telemetry::store_op("save", "postgres", Some(snapshot.id()))
+            .run(|| self.run(|s| async move { s.save(&snapshot).await }))
     }
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
         let id = id.clone();
-        self.run(|s| async move { s.load(&id).await })
+        telemetry::store_op("load", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.load(&id).await }))
     }
 
     fn list(&self) -> Result<SessionList> {
-        self.run(|s| async move { s.list().await })
+        telemetry::store_op("list", "postgres", None)
+            .run(|| self.run(|s| async move { s.list().await }))
     }
 
     /// Reads one page from the listing index (keyset pagination: the cost of a page does
@@ -1976,56 +1980,67 @@ impl SessionStore for PostgresSessionStore {
     /// page they fall in.
     fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
         let after = after.cloned();
-        self.run(|s| async move { s.list_page(limit, after.as_ref()).await })
+        telemetry::store_op("list_page", "postgres", None)
+            .run(|| self.run(|s| async move { s.list_page(limit, after.as_ref()).await }))
     }
 
     fn delete(&self, id: &SessionId) -> Result<()> {
         let id = id.clone();
-        self.run(|s| async move { s.delete(&id).await })
+        telemetry::store_op("delete", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.delete(&id).await }))
     }
 
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
-        self.run(|s| async move { s.list_scoped(scope).await })
+        telemetry::store_op("list_scoped", "postgres", None)
+            .run(|| self.run(|s| async move { s.list_scoped(scope).await }))
     }
 
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         let id = id.clone();
-        self.run(|s| async move { s.set_archived(&id, archived).await })
+        telemetry::store_op("set_archived", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.set_archived(&id, archived).await }))
     }
 
     fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let listed = listed.clone();
-        self.run(|s| async move { s.delete_if_unchanged(&listed).await })
+        telemetry::store_op("delete_if_unchanged", "postgres", Some(&listed.id))
+            .run(|| self.run(|s| async move { s.delete_if_unchanged(&listed).await }))
     }
 
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
         let id = id.clone();
-        self.run(|s| async move { s.stored_bytes(&id).await })
+        telemetry::store_op("stored_bytes", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.stored_bytes(&id).await }))
     }
 
     fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
         let id = id.clone();
-        self.run(|s| async move { s.load_at(&id, revision).await })
+        telemetry::store_op("load_at", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.load_at(&id, revision).await }))
     }
 
     fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
         let id = id.clone();
-        self.run(|s| async move { s.revisions(&id).await })
+        telemetry::store_op("revisions", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.revisions(&id).await }))
     }
 
     fn history(&self, id: &SessionId) -> Result<History> {
         let id = id.clone();
-        self.run(|s| async move { s.history(&id).await })
+        telemetry::store_op("history", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.history(&id).await }))
     }
 
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         let id = id.clone();
-        self.run(|s| async move { s.restore(&id, revision).await })
+        telemetry::store_op("restore", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.restore(&id, revision).await }))
     }
 
     fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         let id = id.clone();
-        self.run(|s| async move { s.trim_history(&id, oldest).await })
+        telemetry::store_op("trim_history", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.trim_history(&id, oldest).await }))
     }
 
     /// The store itself: its async calls await the pool directly (see
@@ -2042,77 +2057,97 @@ impl SessionStore for PostgresSessionStore {
 impl AsyncSessionStore for PostgresSessionStore {
     async fn save(&self, snapshot: &SessionSnapshot) -> Result<Revision> {
         let snapshot = snapshot.clone();
-        self.call(|s| async move { s.save(&snapshot).await }).await
+        telemetry::store_op("save", "postgres", Some(snapshot.id()))
+            .run_async(self.call(|s| async move { s.save(&snapshot).await }))
+            .await
     }
 
     async fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
         let id = id.clone();
-        self.call(|s| async move { s.load(&id).await }).await
+        telemetry::store_op("load", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.load(&id).await }))
+            .await
     }
 
     async fn list(&self) -> Result<SessionList> {
-        self.call(|s| async move { s.list().await }).await
+        telemetry::store_op("list", "postgres", None)
+            .run_async(self.call(|s| async move { s.list().await }))
+            .await
     }
 
     async fn list_page(&self, limit: usize, after: Option<&ListCursor>) -> Result<SessionPage> {
         let after = after.cloned();
-        self.call(|s| async move { s.list_page(limit, after.as_ref()).await })
+        telemetry::store_op("list_page", "postgres", None)
+            .run_async(self.call(|s| async move { s.list_page(limit, after.as_ref()).await }))
             .await
     }
 
     async fn delete(&self, id: &SessionId) -> Result<()> {
         let id = id.clone();
-        self.call(|s| async move { s.delete(&id).await }).await
+        telemetry::store_op("delete", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.delete(&id).await }))
+            .await
     }
 
     async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
-        self.call(|s| async move { s.list_scoped(scope).await })
+        telemetry::store_op("list_scoped", "postgres", None)
+            .run_async(self.call(|s| async move { s.list_scoped(scope).await }))
             .await
     }
 
     async fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         let id = id.clone();
-        self.call(|s| async move { s.set_archived(&id, archived).await })
+        telemetry::store_op("set_archived", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.set_archived(&id, archived).await }))
             .await
     }
 
     async fn delete_if_unchanged(&self, listed: &SessionSummary) -> Result<()> {
         let listed = listed.clone();
-        self.call(|s| async move { s.delete_if_unchanged(&listed).await })
+        telemetry::store_op("delete_if_unchanged", "postgres", Some(&listed.id))
+            .run_async(self.call(|s| async move { s.delete_if_unchanged(&listed).await }))
             .await
     }
 
     async fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
         let id = id.clone();
-        self.call(|s| async move { s.stored_bytes(&id).await })
+        telemetry::store_op("stored_bytes", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.stored_bytes(&id).await }))
             .await
     }
 
     async fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
         let id = id.clone();
-        self.call(|s| async move { s.load_at(&id, revision).await })
+        telemetry::store_op("load_at", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.load_at(&id, revision).await }))
             .await
     }
 
     async fn revisions(&self, id: &SessionId) -> Result<Vec<RevisionInfo>> {
         let id = id.clone();
-        self.call(|s| async move { s.revisions(&id).await }).await
+        telemetry::store_op("revisions", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.revisions(&id).await }))
+            .await
     }
 
     async fn history(&self, id: &SessionId) -> Result<History> {
         let id = id.clone();
-        self.call(|s| async move { s.history(&id).await }).await
+        telemetry::store_op("history", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.history(&id).await }))
+            .await
     }
 
     async fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
         let id = id.clone();
-        self.call(|s| async move { s.restore(&id, revision).await })
+        telemetry::store_op("restore", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.restore(&id, revision).await }))
             .await
     }
 
     async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         let id = id.clone();
-        self.call(|s| async move { s.trim_history(&id, oldest).await })
+        telemetry::store_op("trim_history", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.trim_history(&id, oldest).await }))
             .await
     }
 }
