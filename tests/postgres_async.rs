@@ -162,9 +162,8 @@ mod postgres_async {
     const SAVES: usize = 5;
 
     /// 50 sessions, each saved 5 times (one more turn each time), all at once as tasks of
-    /// one current-thread runtime: they make progress only because every call of the
-    /// store yields instead of blocking the runtime's one thread. Afterwards every session
-    /// has every revision and every turn.
+    /// one current-thread runtime, with no thread of the store's own. Afterwards every
+    /// session has every revision and every turn.
     #[test]
     fn many_sessions_save_concurrently_on_a_current_thread_runtime() {
         let schemas = Schemas::new();

@@ -641,20 +641,27 @@ pub(crate) fn entry_of_record(change: Change, before: Counts) -> LogEntry {
 }
 
 impl LogEntry {
-    /// The entry that makes revision `to`'s view, options and metadata the state again
-    /// at `revision`, once the state was at `revision - 1`; `state` is the lengths it
-    /// makes (`to`'s view and records, and the usage so far, which is never taken back).
-    /// Written from the log's heads alone, so it costs the same however long the history.
+    /// The entry that makes revision `to`'s view, options and metadata the state again,
+    /// appended to a head at `head` (its revision, last update, creation time and
+    /// lengths): the next revision, stamped after the head, whose lengths are `to`'s view
+    /// and records (`restored`) with the usage so far, which is never taken back. Written
+    /// from the log's heads alone, so it costs the same however long the history.
     pub(crate) fn restoring(
-        revision: Revision,
-        updated_at: DateTime<Utc>,
+        head: (Revision, DateTime<Utc>, DateTime<Utc>),
+        current: Counts,
         to: Revision,
-        state: Counts,
+        restored: Counts,
     ) -> Self {
+        let (revision, updated_at, created_at) = head;
+        let state = Counts {
+            messages: restored.messages,
+            tool_calls: restored.tool_calls,
+            usage: current.usage,
+        };
         LogEntry {
             head: EntryHead {
-                revision,
-                updated_at,
+                revision: revision.next(),
+                updated_at: crate::clock::next_stamp(updated_at, created_at),
                 kind: EntryKind::Restore,
                 base: Some(to),
                 keep: None,

@@ -9,7 +9,6 @@ use super::{
 };
 use chrono::{DateTime, Utc};
 
-use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::snapshot::{
@@ -144,25 +143,22 @@ impl Stored {
                 oldest: *oldest,
                 newest: self.revision,
             })?;
-        let counts = Counts {
-            messages: restored.messages,
-            tool_calls: restored.tool_calls,
-            // Usage is never taken back: the completions since were paid for.
-            usage: self.counts.usage,
-        };
-        let next = self.revision.next();
-        let updated_at = clock::next_stamp(self.updated_at, self.created_at);
-        self.entries
-            .push(LogEntry::restoring(next, updated_at, to, counts));
+        let entry = LogEntry::restoring(
+            (self.revision, self.updated_at, self.created_at),
+            self.counts,
+            to,
+            restored,
+        );
         self.head = None;
-        self.revision = next;
-        self.updated_at = updated_at;
-        self.counts = counts;
+        self.revision = entry.head.revision;
+        self.updated_at = entry.head.updated_at;
+        self.counts = entry.head.state;
         self.bytes = None;
         if let Some((_, kept)) = &mut self.index {
-            kept.push(counts);
+            kept.push(self.counts);
         }
-        Ok(next)
+        self.entries.push(entry);
+        Ok(self.revision)
     }
 }
 

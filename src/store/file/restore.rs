@@ -9,7 +9,6 @@ use std::sync::MutexGuard;
 
 use super::write::After;
 use super::FileSessionStore;
-use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::{Counts, EntryKind, LogEntry};
@@ -139,20 +138,17 @@ impl FileSessionStore {
                 newest: stored.revision,
             });
         };
-        let counts = Counts {
-            messages: restored.messages,
-            tool_calls: restored.tool_calls,
-            // Usage is never taken back: the completions since were paid for.
-            usage: current.usage,
-        };
-        let next = stored.revision.next();
-        let updated_at = clock::next_stamp(updated_at, stored.created_at);
-        let entry = LogEntry::restoring(next, updated_at, revision, counts);
+        let entry = LogEntry::restoring(
+            (stored.revision, updated_at, stored.created_at),
+            current,
+            revision,
+            restored,
+        );
         let bytes = entry.to_bytes(id)?;
         let after = After {
             id,
-            updated_at,
-            counts,
+            updated_at: entry.head.updated_at,
+            counts: entry.head.state,
             snapshot: None,
         };
         self.append(&after, &stored, &bytes, stats.after(EntryKind::Restore))
