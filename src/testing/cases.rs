@@ -591,8 +591,18 @@ pub(super) fn list_is_newest_first_with_ties_by_id_descending<S: SessionStore>(s
     assert_eq!(order, ["a-tie", "z-middle", "b-oldest"]);
 }
 
+/// Decrements its counter when dropped.
+struct CountDown<'a>(&'a AtomicU64);
+
+impl Drop for CountDown<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub(super) fn concurrent_read_modify_write_loses_no_update<S: SessionStore>(store: &S) {
     const THREADS: usize = 8;
+    const READERS: usize = 2;
     const LOOPS: usize = 50;
     // Retries per loop before the test gives up; conflicts must resolve long before this.
     const MAX_ATTEMPTS: usize = 10_000;
@@ -607,11 +617,31 @@ pub(super) fn concurrent_read_modify_write_loses_no_update<S: SessionStore>(stor
     store.save(&initial).expect("create");
     let successes = AtomicU64::new(1);
     let conflicts = AtomicU64::new(0);
+    let writers_left = AtomicU64::new(THREADS as u64);
 
     std::thread::scope(|scope| {
-        for thread in 0..THREADS {
-            let (session, successes, conflicts) = (&session, &successes, &conflicts);
+        // Readers that only load, all the while: a store that caches what it read must not
+        // let a load that began before a save make a later save forget that save. Every
+        // state a load returns has its counter equal to its revision.
+        for _ in 0..READERS {
+            let (session, writers_left) = (&session, &writers_left);
             scope.spawn(move || {
+                while writers_left.load(Ordering::SeqCst) > 0 {
+                    let current = store.load(session).expect("load");
+                    assert_eq!(
+                        current.metadata()["counter"],
+                        json!(current.revision().as_u64()),
+                        "a load returned a state whose counter is not its revision"
+                    );
+                }
+            });
+        }
+        for thread in 0..THREADS {
+            let (session, successes, conflicts, writers_left) =
+                (&session, &successes, &conflicts, &writers_left);
+            scope.spawn(move || {
+                // Counted down however the thread ends, so the readers never wait for ever.
+                let _leaving = CountDown(writers_left);
                 for _ in 0..LOOPS {
                     let mut attempts = 0;
                     loop {

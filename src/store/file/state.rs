@@ -65,6 +65,24 @@ pub(super) struct Known {
     pub(super) stats: Option<HistoryStats>,
 }
 
+/// Keeps on `known` (a state just read) the marks this store set on the same files: a
+/// save that could not make its record durable marked the state so the next save
+/// rewrites it, and a directory fsync already made need not be made again.
+fn keep_marks(before: &Known, known: &mut Known) {
+    if before.base == known.base && before.journal == known.journal {
+        known.verified &= before.verified;
+        known.dir_synced |= before.dir_synced;
+    }
+}
+
+/// Inserts `known` for `id`, emptying the map first when it is full.
+fn insert_known(sessions: &mut HashMap<SessionId, Known>, id: &SessionId, known: Known) {
+    if sessions.len() >= KNOWN_SESSIONS && !sessions.contains_key(id) {
+        sessions.clear();
+    }
+    sessions.insert(id.clone(), known);
+}
+
 /// Why one attempt to read a session did not give it.
 enum Moved {
     /// A fork's base was replaced while it was read: read it again.
@@ -135,23 +153,39 @@ impl FileSessionStore {
     pub(super) fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
         Ok(self.read_state(id, false)?.map(|(snapshot, known)| {
             if let Some(known) = known {
-                self.remember_read(id, known);
+                self.remember_unlocked_read(id, known);
             }
             snapshot
         }))
     }
 
-    /// Remembers a state read from the files. A save that could not make its record
-    /// durable marked the state so the next save rewrites it; reading the same files does
-    /// not lift that.
-    pub(super) fn remember_read(&self, id: &SessionId, mut known: Known) {
-        if let Some(before) = self.known_sessions().get(id) {
-            if before.base == known.base && before.journal == known.journal {
-                known.verified &= before.verified;
-                known.dir_synced |= before.dir_synced;
-            }
+    /// Remembers a state read from the files under the write lock, which is what is
+    /// stored then, and returns what a save may rely on: `known`, with the marks this
+    /// store set on the same files kept. (A save that could not make its record durable
+    /// marked the state so the next save rewrites it; reading the same files does not
+    /// lift that.)
+    pub(super) fn remember_locked_read(&self, id: &SessionId, mut known: Known) -> Known {
+        let mut sessions = self.known_sessions();
+        if let Some(before) = sessions.get(id) {
+            keep_marks(before, &mut known);
         }
-        self.remember(id, known);
+        insert_known(&mut sessions, id, known.clone());
+        known
+    }
+
+    /// Remembers a state read without the write lock (a load or a listing). A save may
+    /// have stored a later revision since that read began, and what it remembered must
+    /// not be replaced by the older state: a later save would take its files again
+    /// (the stamps differ) and read them whole for nothing.
+    pub(super) fn remember_unlocked_read(&self, id: &SessionId, mut known: Known) {
+        let mut sessions = self.known_sessions();
+        if let Some(before) = sessions.get(id) {
+            if before.created_at == known.created_at && before.revision > known.revision {
+                return;
+            }
+            keep_marks(before, &mut known);
+        }
+        insert_known(&mut sessions, id, known);
     }
 
     /// [`read`](Self::read), also returning what a save needs to know of the state read,
@@ -422,9 +456,10 @@ impl FileSessionStore {
         }
         if verify {
             match self.read_state(id, true) {
+                // What was just read under the lock, never the map's entry read back: a
+                // load running without the lock may have replaced that meanwhile.
                 Ok(Some((_, Some(known)))) => {
-                    self.remember_read(id, known);
-                    return Ok(self.known_sessions().get(id).cloned());
+                    return Ok(Some(self.remember_locked_read(id, known)))
                 }
                 // A state that does not load is described from its headers below, for a
                 // save that repairs it. Any other failure (an I/O error) fails the save:
@@ -523,11 +558,7 @@ impl FileSessionStore {
     }
 
     pub(super) fn remember(&self, id: &SessionId, known: Known) {
-        let mut sessions = self.known_sessions();
-        if sessions.len() >= KNOWN_SESSIONS && !sessions.contains_key(id) {
-            sessions.clear();
-        }
-        sessions.insert(id.clone(), known);
+        insert_known(&mut self.known_sessions(), id, known);
     }
 
     pub(super) fn forget(&self, id: &SessionId) {

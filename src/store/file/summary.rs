@@ -233,7 +233,7 @@ impl FileSessionStore {
                 known.base,
                 known.journal,
             );
-            self.remember_read(id, known);
+            self.remember_unlocked_read(id, known);
         }
         Ok(Some(SessionSummary::of(&snapshot)))
     }

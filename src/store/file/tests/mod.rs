@@ -4,6 +4,7 @@
 
 mod crash_model;
 mod fault_injection;
+mod known_state;
 
 use std::path::Path;
 use std::sync::Arc;
