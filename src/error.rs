@@ -4,7 +4,9 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::id::{Revision, SessionId};
+use chrono::{DateTime, Utc};
+
+use crate::id::{LeaseHolder, Revision, SessionId};
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -80,6 +82,45 @@ pub enum Error {
         expected: Revision,
         /// The revision in the store, or `None` if the session no longer exists.
         found: Option<Revision>,
+    },
+
+    /// Another holder has leased the session for writing: a second
+    /// [`acquire_lease`](crate::SessionStore::acquire_lease) without
+    /// [`take_over`](crate::LeaseRequest::take_over), or a save made without a lease while
+    /// that lease is live.
+    #[error(
+        "session {id} is open for writing by {holder} since {since} (its lease runs until \
+         {expires_at} unless renewed): wait for it to be closed, or take it over \
+         (LeaseRequest::take_over, `--take-over` in the CLI) if that process is gone or hung"
+    )]
+    Leased {
+        /// The session.
+        id: SessionId,
+        /// Who holds it.
+        holder: LeaseHolder,
+        /// Since when.
+        since: DateTime<Utc>,
+        /// When the lease ends unless its holder renews it.
+        expires_at: DateTime<Utc>,
+    },
+
+    /// A save, or a lease renewal, made under a lease that is no longer the session's:
+    /// another writer took the session over (or the lease was released). Nothing was
+    /// written. Unlike a [`Conflict`](Self::Conflict), loading again and retrying would
+    /// write over the new holder: stop writing the session.
+    #[error(
+        "session {id} is no longer leased to this writer (its lease has epoch {epoch}, the \
+         session is at epoch {current}): nothing was written; another writer took the \
+         session over or the lease was released, so stop writing it here and load it again \
+         to see the current holder's changes"
+    )]
+    Fenced {
+        /// The session.
+        id: SessionId,
+        /// The epoch of the lease the save was made under.
+        epoch: u64,
+        /// The session's epoch now (0: no lease was ever taken on it in this store).
+        current: u64,
     },
 
     /// A stored snapshot (or a file store's journal) uses a format version this release
@@ -457,6 +498,9 @@ pub enum ErrorKind {
     Io,
     /// Another writer held a lock for too long ([`Error::Busy`]); retry later.
     Busy,
+    /// Another holder has the session for writing ([`Error::Leased`]), or took it over
+    /// from this writer ([`Error::Fenced`]): do not retry blindly.
+    Leased,
     /// The model client failed.
     Engine,
 }
@@ -495,6 +539,7 @@ impl Error {
             | Error::Backend { .. } => ErrorKind::Io,
             Error::Engine { .. } => ErrorKind::Engine,
             Error::Busy { .. } => ErrorKind::Busy,
+            Error::Leased { .. } | Error::Fenced { .. } => ErrorKind::Leased,
         }
     }
 

@@ -1,5 +1,7 @@
 //! `Harness`: a store plus an engine factory, creating, saving and resuming sessions.
 
+mod lease_keeper;
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -8,14 +10,16 @@ use crate::engine::BoxFuture;
 use crate::engine::{Engine, ToolExecutor};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
+use crate::lease::{Lease, LeaseRequest};
 use crate::lifecycle::{AsyncSessionStoreExt, PrunePolicy, PruneReport, SessionStoreExt};
 use crate::redact::Redactor;
-use crate::session::{AsyncCheckpoint, Session, SessionOptions, TurnOutcome};
+use crate::session::{AsyncCheckpoint, HeldLease, Session, SessionOptions, TurnOutcome};
 use crate::snapshot::SessionSnapshot;
 use crate::snapshot::{ForkAt, RewindTo};
 use crate::store::{AsyncSessionStore, ListCursor, SessionList, SessionPage, SessionStore};
 use crate::telemetry;
 use crate::transcript::Message;
+use lease_keeper::LeaseKeeper;
 
 /// Redacts `snapshot` (a fresh copy, so in place) if there is a redactor.
 fn redact(redactor: Option<&dyn Redactor>, snapshot: &mut SessionSnapshot) {
@@ -682,6 +686,127 @@ where
             (self.engine_factory)(),
             Some(self.with_default_tools(options)),
         )
+    }
+
+    /// Resumes session `id` for writing under a lease (see [`Lease`](crate::Lease)): the lease is
+    /// taken first, then the session loaded, so what it holds is the latest state. While
+    /// the session is open a thread renews the lease every third of its time to live;
+    /// every save of the session is fenced by it; dropping the session releases it.
+    ///
+    /// A second resume for writing, in this process or another, is refused with
+    /// [`Error::Leased`] naming the holder and since when, until the session is dropped,
+    /// its process ends (file store) or its lease runs out; `request.take_over` takes it
+    /// anyway, and the holder's later saves fail with [`Error::Fenced`]. Plain
+    /// [`resume_session`](Self::resume_session) stays for read-only use: a save from a
+    /// session resumed that way is refused with [`Error::Leased`] while a lease is live.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Leased`]; [`Error::Unsupported`] for a store that cannot lease; as
+    /// [`resume_session`](Self::resume_session) otherwise (the lease is released then).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use agent_session::{BoxError, Completion, CompletionRequest, Engine};
+    /// # struct MyEngine;
+    /// # impl Engine for MyEngine {
+    /// #     async fn complete(&mut self, _: CompletionRequest<'_>) -> Result<Completion, BoxError> { unimplemented!() }
+    /// # }
+    /// use agent_session::{
+    ///     ErrorKind, FileSessionStore, Harness, LeaseHolder, LeaseRequest, SessionOptions,
+    /// };
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// let harness = Harness::builder(FileSessionStore::open(dir.path())?, || MyEngine).build();
+    /// let mut session = harness.new_session(SessionOptions::new("model"))?;
+    /// harness.save_session(&mut session)?;
+    /// let id = session.id().clone();
+    ///
+    /// let request = LeaseRequest::new(LeaseHolder::this_process("chat"));
+    /// let mut open = harness.resume_session_leased(&id, None, &request)?;
+    /// harness.save_session(&mut open)?;
+    ///
+    /// // A second writer is told who has the session open.
+    /// let refused = harness.resume_session_leased(&id, None, &request).unwrap_err();
+    /// assert_eq!(refused.kind(), ErrorKind::Leased);
+    ///
+    /// drop(open); // releases the lease
+    /// let again = harness.resume_session_leased(&id, None, &request)?;
+    /// # drop(again);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resume_session_leased(
+        &self,
+        id: &SessionId,
+        options: Option<SessionOptions>,
+        request: &LeaseRequest,
+    ) -> Result<Session<E>> {
+        self.resume_session_leased_with(id, request, |saved| options.unwrap_or(saved))
+    }
+
+    /// [`resume_session_leased`](Self::resume_session_leased), with the saved options
+    /// changed by `adjust` as [`resume_session_with`](Self::resume_session_with) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`resume_session_leased`](Self::resume_session_leased).
+    pub fn resume_session_leased_with(
+        &self,
+        id: &SessionId,
+        request: &LeaseRequest,
+        adjust: impl FnOnce(SessionOptions) -> SessionOptions,
+    ) -> Result<Session<E>> {
+        let lease = self.store.acquire_lease(id, request)?;
+        let keeper = LeaseKeeper::start(Arc::clone(&self.store), lease.clone(), request.ttl);
+        // On failure the keeper is dropped here, which releases the lease.
+        let mut session = self.resume_session_with(id, adjust)?;
+        session.hold_lease(HeldLease {
+            lease,
+            _keeper: Box::new(keeper),
+        });
+        Ok(session)
+    }
+
+    /// [`resume_session_leased`](Self::resume_session_leased) for async code: the lease
+    /// and the load are awaited (the renewals run on their own thread).
+    ///
+    /// # Errors
+    ///
+    /// As [`resume_session_leased`](Self::resume_session_leased).
+    pub async fn resume_session_leased_async(
+        &self,
+        id: &SessionId,
+        options: Option<SessionOptions>,
+        request: &LeaseRequest,
+    ) -> Result<Session<E>> {
+        let lease = self.async_store.acquire_lease(id, request).await?;
+        let keeper = LeaseKeeper::start(Arc::clone(&self.store), lease.clone(), request.ttl);
+        let mut session = self.resume_session_async(id, options).await?;
+        session.hold_lease(HeldLease {
+            lease,
+            _keeper: Box::new(keeper),
+        });
+        Ok(session)
+    }
+
+    /// Takes a lease on `session` (saved at least once) as
+    /// [`resume_session_leased`](Self::resume_session_leased) does, for a session this
+    /// process created: its later saves are fenced, and another writer is refused until
+    /// it is dropped. Returns the lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if the session was never saved; otherwise as
+    /// [`resume_session_leased`](Self::resume_session_leased).
+    pub fn lease_session(&self, session: &mut Session<E>, request: &LeaseRequest) -> Result<Lease> {
+        let lease = self.store.acquire_lease(session.id(), request)?;
+        let keeper = LeaseKeeper::start(Arc::clone(&self.store), lease.clone(), request.ttl);
+        session.hold_lease(HeldLease {
+            lease: lease.clone(),
+            _keeper: Box::new(keeper),
+        });
+        Ok(lease)
     }
 
     /// Resumes the most recently updated readable session.

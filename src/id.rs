@@ -1,5 +1,6 @@
-//! Identities: [`SessionId`], a validated name that can always be used as a file name, and
-//! [`Revision`], the version of a stored session that compare-and-swap saves compare.
+//! Identities: [`SessionId`], a validated name that can always be used as a file name;
+//! [`Revision`], the version of a stored session that compare-and-swap saves compare; and
+//! [`LeaseHolder`], who holds a session's lease (see [`Lease`](crate::Lease)).
 
 use std::fmt;
 use std::str::FromStr;
@@ -287,4 +288,54 @@ mod tests {
         let err = serde_json::from_str::<SessionId>("\"../x\"").unwrap_err();
         assert!(err.to_string().contains("invalid session id"));
     }
+}
+
+/// Who holds a lease: the machine, the process and a label the application chooses.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::LeaseHolder;
+///
+/// let holder = LeaseHolder::this_process("chat-cli");
+/// assert_eq!(holder.pid, std::process::id());
+/// assert!(holder.to_string().starts_with("chat-cli (pid "));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseHolder {
+    /// The host name of the holder's machine.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// What the application calls the holder (a program name, a user, a worker id).
+    pub label: String,
+}
+
+impl LeaseHolder {
+    /// The process running this code, on this machine, under `label`.
+    #[must_use]
+    pub fn this_process(label: impl Into<String>) -> Self {
+        LeaseHolder {
+            host: host_name(),
+            pid: std::process::id(),
+            label: label.into(),
+        }
+    }
+}
+
+impl fmt::Display for LeaseHolder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (pid {} on {})", self.label, self.pid, self.host)
+    }
+}
+
+/// The host name of this machine (Linux's `/proc/sys/kernel/hostname`, else `$HOSTNAME`),
+/// or `"unknown-host"`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
 }

@@ -74,7 +74,9 @@
 //!
 //! Saves are compare-and-swap on the session's [`Revision`]: if two processes resume the
 //! same session, the second one to save gets [`Error::Conflict`] instead of silently
-//! overwriting the first.
+//! overwriting the first. To refuse the second one before it runs a turn, resume for writing under a
+//! [`Lease`] ([`Harness::resume_session_leased`]): one writer per session, with saves
+//! fenced by the lease's epoch.
 //!
 //! # Privacy
 //!
@@ -127,7 +129,7 @@
 //!     `agent_session.revision`;
 //!   - on every span, the outcome: `agent_session.outcome` (`ok` or the
 //!     [`ErrorKind`]: `not_found`, `conflict`, `invalid_input`, `corrupt`, `io`, `busy`,
-//!     `engine`), `otel.status_code` (`OK`, `ERROR`) and, on failure, `error.type` (the
+//!     `engine`, `leased`), `otel.status_code` (`OK`, `ERROR`) and, on failure, `error.type` (the
 //!     kind).
 //!
 //!   Store operations run by a turn, a harness save or another store operation are its
@@ -153,6 +155,7 @@ mod error;
 mod harness;
 mod id;
 mod json;
+mod lease;
 mod lifecycle;
 mod redact;
 mod session;
@@ -170,7 +173,8 @@ pub use compactor::{Compaction, CompactionPolicy, CompactionRequest, Compactor};
 pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinition, ToolExecutor};
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
-pub use id::{Revision, SessionId, MAX_ID_LEN};
+pub use id::{LeaseHolder, Revision, SessionId, MAX_ID_LEN};
+pub use lease::{Lease, LeaseRequest, DEFAULT_LEASE_TTL};
 pub use lifecycle::{
     AsyncSessionStoreExt, Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason,
     PruneReport, PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,

@@ -15,6 +15,7 @@ use crate::engine::{
 use crate::error::{BoxError, Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::json;
+use crate::lease::Lease;
 use crate::snapshot::check_metadata_depth;
 use crate::snapshot::Lineage;
 use crate::snapshot::{
@@ -279,7 +280,19 @@ pub struct Session<E> {
     provenance: Option<Provenance>,
     /// What the store's log holds beyond the session's state.
     history: HistoryStats,
+    /// The lease the session's snapshots are saved under, if it was leased
+    /// ([`Harness::resume_session_leased`](crate::Harness::resume_session_leased)), with
+    /// what keeps it renewed; dropped with the session, which releases it.
+    lease: Option<HeldLease>,
     engine: E,
+}
+
+/// A lease a session holds, and the guard that keeps it renewed and releases it when
+/// dropped (the harness's, opaque here).
+pub(crate) struct HeldLease {
+    pub(crate) lease: Lease,
+    /// Held for its `Drop`, which stops the renewals and releases the lease.
+    pub(crate) _keeper: Box<dyn std::any::Any + Send + Sync>,
 }
 
 /// Persists a turn in progress: [`Session::send_message_with`] calls it with a snapshot at
@@ -370,6 +383,7 @@ impl<E: Engine> Session<E> {
             provenance: None,
             history: HistoryStats::default(),
             lineage: None,
+            lease: None,
             engine,
         })
     }
@@ -407,6 +421,7 @@ impl<E: Engine> Session<E> {
             totals: parts.totals,
             provenance: parts.provenance,
             history: parts.history,
+            lease: None,
             engine,
         })
     }
@@ -635,6 +650,20 @@ impl<E> Session<E> {
             provenance: self.provenance.clone(),
             history: self.history,
         })
+        .with_lease_of(self.lease.as_ref().map(|held| &held.lease))
+    }
+
+    /// The lease this session's saves are made under, as it was acquired (renewals keep
+    /// its epoch and move its expiry in the store), if it has one.
+    #[must_use]
+    pub fn lease(&self) -> Option<&Lease> {
+        self.lease.as_ref().map(|held| &held.lease)
+    }
+
+    /// Attaches `held`: every later snapshot is fenced by its lease. Replaces (and so
+    /// releases) any lease held before.
+    pub(crate) fn hold_lease(&mut self, held: HeldLease) {
+        self.lease = Some(held);
     }
 
     /// Saves through `checkpoint` a snapshot of the session with `pending` calls closed as

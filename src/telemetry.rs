@@ -77,6 +77,7 @@ pub(crate) fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Corrupt => "corrupt",
         ErrorKind::Io => "io",
         ErrorKind::Busy => "busy",
+        ErrorKind::Leased => "leased",
         ErrorKind::Engine => "engine",
     }
 }

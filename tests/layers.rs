@@ -32,6 +32,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("clock", 0),
     ("json", 0),
+    ("lease", 0),
     // Spans (feature `tracing`): ids, kinds, sizes; the types above trace themselves.
     ("telemetry", 1),
     ("transcript", 1),

@@ -99,7 +99,8 @@ mod postgres_async {
     fn contract(make: impl Fn() -> BlockOn) {
         let report = testing::contract(make);
         println!("{report}");
-        report.assert_complete();
+        // The PostgreSQL store protects sessions by compare-and-swap only in this release.
+        report.assert_complete_except(&[testing::LEASES]);
     }
 
     /// Every case on a fresh schema, through the async calls of a store on the test's own

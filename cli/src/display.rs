@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use agent_session::{
-    BlockPosition, ContentBlock, HistoryStats, Message, Revision, RevisionInfo, Role, SessionList,
-    SessionSnapshot, Standing, ToolArguments, ToolCallStatus, ToolOutput,
+    BlockPosition, ContentBlock, HistoryStats, Lease, Message, Revision, RevisionInfo, Role,
+    SessionList, SessionSnapshot, Standing, ToolArguments, ToolCallStatus, ToolOutput,
 };
 
 /// Longest title shown in a listing, in characters.
@@ -39,7 +39,7 @@ pub fn history_marker(stats: &HistoryStats) -> String {
 /// title: `[archived]` for an archived session, `[updated in the future: …]` for one whose
 /// time is later than the clock allows (listed last), `[fork of PARENT@N]` for a fork that
 /// started with the first N messages of PARENT.
-pub fn session_table(list: &SessionList) -> String {
+pub fn session_table(list: &SessionList, leases: &[Lease]) -> String {
     let id_width = list
         .sessions
         .iter()
@@ -73,6 +73,14 @@ pub fn session_table(list: &SessionList) -> String {
                 shown,
                 "  [fork of {}@{}]",
                 lineage.parent, lineage.fork_point
+            );
+        }
+        if let Some(lease) = leases.iter().find(|l| l.session == s.id) {
+            let _ = write!(
+                shown,
+                "  [open by {} since {}]",
+                escape_controls(&lease.holder.to_string(), Keep::Nothing),
+                lease.acquired_at.format("%Y-%m-%d %H:%M:%S")
             );
         }
         let _ = writeln!(

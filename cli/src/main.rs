@@ -29,7 +29,8 @@
 //! `schema S of postgresql://USER@HOST:PORT/DB`, never with its password. The PostgreSQL
 //! tables are created only by `sessions migrate`. `chat`, `run` and `script`
 //! start a new session, or continue one with `--resume ID` or the most recent one with
-//! `--continue`.
+//! `--continue`; a resumed session is held under a lease while the command runs, so a
+//! second process resuming it is refused unless it passes `--take-over`.
 //! The session id is printed on stderr when a command starts (`session: ID (new)`).
 //!
 //! # A session's life
@@ -122,8 +123,9 @@ use std::sync::Arc;
 
 use agent_session::{
     Autosave, BoxError, CompactionPolicy, Completion, CompletionRequest, Engine, Error, ErrorKind,
-    ForkAt, Harness, HistoryRetention, ListCursor, ListScope, Message, PrunePolicy, Revision,
-    RewindTo, Role, Session, SessionId, SessionList, SessionOptions, SessionPage, StopReason,
+    ForkAt, Harness, HistoryRetention, Lease, LeaseHolder, LeaseRequest, ListCursor, ListScope,
+    Message, PrunePolicy, Revision, RewindTo, Role, Session, SessionId, SessionList,
+    SessionOptions, SessionPage, StopReason,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -286,6 +288,11 @@ struct ResumeArgs {
     /// Continue the most recently updated session
     #[arg(short = 'c', long = "continue")]
     continue_latest: bool,
+
+    /// Take the session over even if another process has it open (its later saves are
+    /// refused); for a process that is gone or hung
+    #[arg(long)]
+    take_over: bool,
 }
 
 /// The limits and options of `sessions prune`.
@@ -720,8 +727,9 @@ fn list(
     };
     let at = store.at();
     let store = store.sessions();
+    let leases = store.leases()?;
     let Some(limit) = limit else {
-        return print_listing(&store.list_scoped(scope)?, at, scope);
+        return print_listing(&store.list_scoped(scope)?, &leases, at, scope);
     };
     let after = after.map(|c| c.parse::<ListCursor>()).transpose()?;
     let page = if scope == ListScope::Active {
@@ -737,7 +745,7 @@ fn list(
     };
     let next = page.next.clone();
     let listing = SessionList::new(page.sessions, page.unreadable);
-    let printed = print_listing(&listing, at, scope);
+    let printed = print_listing(&listing, &leases, at, scope);
     if let Some(next) = next {
         let flag = match scope {
             ListScope::Archived => " --archived",
@@ -760,13 +768,18 @@ fn nothing_listed(scope: ListScope) -> &'static str {
 
 /// Prints the table on stdout and each unreadable file on stderr; an error if there were
 /// any (the readable sessions are listed all the same).
-fn print_listing(list: &SessionList, at: &StoreAt, scope: ListScope) -> Result<(), Failure> {
+fn print_listing(
+    list: &SessionList,
+    leases: &[Lease],
+    at: &StoreAt,
+    scope: ListScope,
+) -> Result<(), Failure> {
     if list.sessions.is_empty() && list.unreadable.is_empty() {
         println!("{} in {}", nothing_listed(scope), at.shown());
         return Ok(());
     }
     if !list.sessions.is_empty() {
-        print!("{}", display::session_table(list));
+        print!("{}", display::session_table(list, leases));
     }
     warn_unreadable(list);
     if list.unreadable.is_empty() {
@@ -910,7 +923,7 @@ impl App {
             eprintln!("session: {} (new)", session.id());
             return Ok(session);
         };
-        let session = self.resume(&id)?;
+        let session = self.resume(&id, resume.take_over)?;
         eprintln!(
             "session: {} (resumed, {} messages)",
             session.id(),
@@ -922,8 +935,15 @@ impl App {
 
     /// Loads session `id` with the saved options, but the model of the engine in use: a
     /// session started offline can go on with a real model, and the other way round.
-    fn resume(&self, id: &SessionId) -> Result<Session<AnyEngine>, Failure> {
-        let session = self.harness.resume_session_with(id, |mut options| {
+    ///
+    /// The session is opened for writing under a lease, so a second process resuming it
+    /// is refused (naming this one) until this one ends, unless it takes it over
+    /// (`take_over`). A store that cannot lease (PostgreSQL, in this release) resumes it
+    /// without one: saves are then protected by compare-and-swap only.
+    fn resume(&self, id: &SessionId, take_over: bool) -> Result<Session<AnyEngine>, Failure> {
+        let request =
+            LeaseRequest::new(LeaseHolder::this_process("agent-session")).take_over(take_over);
+        let adjust = |mut options: SessionOptions| {
             let model = self.model(Some(&options.model));
             if model != options.model {
                 eprintln!(
@@ -934,8 +954,14 @@ impl App {
                 options.model = model;
             }
             options
-        })?;
-        Ok(session)
+        };
+        match self
+            .harness
+            .resume_session_leased_with(id, &request, adjust)
+        {
+            Err(Error::Unsupported { .. }) => Ok(self.harness.resume_session_with(id, adjust)?),
+            resumed => Ok(resumed?),
+        }
     }
 
     /// `run` and `script`: send each prompt in turn, printing replies on stdout.
@@ -1003,7 +1029,8 @@ impl App {
                     if list.sessions.is_empty() {
                         println!("no saved sessions yet");
                     } else {
-                        print!("{}", display::session_table(&list));
+                        let leases = self.harness.store().leases()?;
+                        print!("{}", display::session_table(&list, &leases));
                     }
                     warn_unreadable(&list);
                 }
@@ -1175,7 +1202,9 @@ impl App {
                 return Ok(());
             }
         };
-        *session = self.resume(&id)?;
+        // The session being replaced holds the lease: taken over from it (the old one's
+        // release, when it is dropped, then does nothing).
+        *session = self.resume(&id, true)?;
         println!(
             "restored revision {revision}: the view went from {before} to {} messages; saved as revision {restored}",
             session.transcript().len()

@@ -3151,29 +3151,42 @@ fn a_cursor_past_year_9999_is_printed_in_a_form_that_is_accepted_back() {
     assert!(next.stdout.contains("far-ahead"), "{next:#?}");
 }
 
-/// Issue 12, item 16: when the save after a step fails (here another writer saved the
-/// session while the tool ran), the message says the tool ran and how it is recorded.
+/// Issue 12, item 16: when the save after a step fails (here another writer took the
+/// session over and saved it while the tool ran), the message says the tool ran and how
+/// it is recorded.
 #[test]
 fn a_step_that_could_not_be_saved_is_reported_as_run_but_not_saved() {
     let (ws, id, _) = workspace_with_a_session();
     let (mut child, rx) = spawn_until(&ws, &["run", "--continue", "wait 2"], "[tool] wait");
-    // Another writer changes the session while the tool runs.
+    // Another writer takes the session over (the agent holds it under a lease) and
+    // changes it while the tool runs.
     let store = ws.store();
-    let loaded = store
-        .load(&SessionId::parse(&id).expect("id"))
-        .expect("load");
+    let session_id = SessionId::parse(&id).expect("id");
+    let lease = store
+        .acquire_lease(
+            &session_id,
+            &agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process(
+                "other",
+            ))
+            .take_over(true),
+        )
+        .expect("take over");
+    let loaded = store.load(&session_id).expect("load");
     let mut session = agent_session::Session::restore(loaded, NoEngine, None).expect("restore");
     session
         .metadata_mut()
         .insert("elsewhere".to_owned(), json!(true));
     store
-        .save(&session.snapshot())
+        .save(&session.snapshot().with_lease(&lease))
         .expect("the other writer saves");
     let status = wait_for(&mut child, Duration::from_secs(30));
     let stderr: Vec<String> = rx.iter().collect();
     let stderr = stderr.join("\n");
     assert!(!status.success(), "{stderr}");
-    assert!(stderr.contains("changed by another writer"), "{stderr}");
+    assert!(
+        stderr.contains("is no longer leased to this writer"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("it ran, its result was not saved, and it will not be run again"),
         "{stderr}"
@@ -3922,5 +3935,59 @@ fn history_messages_of_a_session_saved_once_list_its_whole_view() {
         out.stdout
             .contains("    1  in view #0        user       first prompt\n    1  in view #1        assistant  first answer\n"),
         "{out:#?}"
+    );
+}
+
+/// `--resume` opens the session for writing under a lease: a session another process has
+/// open is refused, naming it and pointing at `--take-over`; `sessions list` shows who has
+/// it open; `--take-over` takes it, and the other process's later saves are refused.
+#[test]
+fn resume_refuses_a_session_open_elsewhere_unless_taken_over() {
+    let ws = Workspace::new();
+    let id = ws.run(&["run", "calc 1+1"]).assert_success().session_id();
+    let session = SessionId::parse(&id).expect("id");
+    // This test's process holds the session open (its store keeps the lease's lock).
+    let holder_store = ws.store();
+    let holder = agent_session::LeaseHolder::this_process("other-agent");
+    let lease = holder_store
+        .acquire_lease(&session, &agent_session::LeaseRequest::new(holder.clone()))
+        .expect("lease");
+    let loaded = holder_store.load(&session).expect("load");
+
+    let refused = ws.run(&["run", "--resume", &id, "calc 2*3"]);
+    refused.assert_failure(
+        1,
+        &[
+            &format!("session {id} is open for writing by {holder}"),
+            "--take-over",
+        ],
+    );
+    assert_eq!(ws.load(&id).transcript().len(), 4, "nothing was written");
+
+    let listed = ws.run(&["sessions", "list"]).assert_success();
+    assert!(
+        listed_line(&listed.stdout, &id).contains(&format!("[open by {holder} since ")),
+        "{listed:#?}"
+    );
+
+    ws.run(&["run", "--resume", &id, "--take-over", "calc 2*3"])
+        .assert_success();
+    assert_eq!(ws.load(&id).transcript().len(), 8);
+    let stale = loaded
+        .clone()
+        .with_appended(vec![Message::user("late")], Vec::new(), loaded.updated_at())
+        .expect("appended")
+        .with_lease(&lease);
+    assert!(matches!(
+        holder_store.save(&stale),
+        Err(agent_session::Error::Fenced { .. })
+    ));
+    // The agent's own lease ended with its process: the session resumes again.
+    ws.run(&["run", "--resume", &id, "calc 3*4"])
+        .assert_success();
+    let listed = ws.run(&["sessions", "list"]).assert_success();
+    assert!(
+        !listed_line(&listed.stdout, &id).contains("[open by"),
+        "{listed:#?}"
     );
 }

@@ -244,6 +244,7 @@ impl SessionSnapshot {
             totals: UsageTotals::default(),
             provenance: None,
             redacted_by: None,
+            fence: None,
             metadata_too_deep: None,
             history: HistoryStats::default(),
             replaces_history: false,

@@ -315,6 +315,7 @@ impl SessionSnapshot {
             totals: UsageTotals::default(),
             provenance: None,
             redacted_by: None,
+            fence: None,
             metadata_too_deep: None,
             history: HistoryStats::default(),
             replaces_history: false,
@@ -352,6 +353,7 @@ impl SessionSnapshot {
             lineage,
             provenance: None,
             redacted_by: None,
+            fence: None,
             history: HistoryStats::default(),
             share: None,
             ..self.clone()

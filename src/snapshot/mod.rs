@@ -11,6 +11,7 @@ mod codec;
 mod compact;
 mod delta;
 mod entry;
+mod fence;
 mod fold;
 mod fork;
 mod log;
@@ -261,6 +262,9 @@ pub struct SessionSnapshot {
     /// its parent's messages: the parent's history its first messages are. Not part of its
     /// value.
     share: Option<SharedPrefix>,
+    /// The lease the snapshot is saved under ([`with_lease`](Self::with_lease)): its
+    /// session and epoch. Not part of its value and never serialized.
+    fence: Option<(SessionId, u64)>,
 }
 
 impl PartialEq for SessionSnapshot {
@@ -455,6 +459,7 @@ impl SessionSnapshot {
             totals: parts.totals,
             provenance: parts.provenance,
             redacted_by: None,
+            fence: None,
             metadata_too_deep: parts.metadata_too_deep,
             history: parts.history,
             replaces_history: false,
@@ -731,6 +736,7 @@ impl SnapshotBuilder {
             totals: UsageTotals::default(),
             provenance: None,
             redacted_by: None,
+            fence: None,
             metadata_too_deep: None,
             history: HistoryStats::default(),
             replaces_history: false,

@@ -6,11 +6,13 @@ use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
+use crate::lease::{Lease, LeaseRequest};
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 use crate::store::{
     check_page_limit, head_only, ListCursor, ListScope, SessionList, SessionPage, SessionStore,
@@ -204,6 +206,45 @@ pub trait AsyncSessionStore: Send + Sync {
     async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         head_only::trim(&self.load(id).await?, oldest)
     }
+
+    /// As [`SessionStore::acquire_lease`]; the default implementation cannot lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::acquire_lease`].
+    async fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        let _ = (id, request);
+        Err(head_only::cannot_lease::<Self>())
+    }
+
+    /// As [`SessionStore::renew_lease`]; the default implementation cannot lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::renew_lease`].
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let _ = (lease, ttl);
+        Err(head_only::cannot_lease::<Self>())
+    }
+
+    /// As [`SessionStore::release_lease`]; the default implementation cannot lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::release_lease`].
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let _ = lease;
+        Err(head_only::cannot_lease::<Self>())
+    }
+
+    /// As [`SessionStore::leases`]; empty from the default implementation.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::leases`].
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        Ok(Vec::new())
+    }
 }
 
 /// Forwards every call, so `Arc<S>` is a store wherever `S` is.
@@ -250,6 +291,18 @@ impl<S: AsyncSessionStore + ?Sized> AsyncSessionStore for Arc<S> {
     }
     async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         (**self).trim_history(id, oldest).await
+    }
+    async fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        (**self).acquire_lease(id, request).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        (**self).renew_lease(lease, ttl).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        (**self).release_lease(lease).await
+    }
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        (**self).leases().await
     }
 }
 
@@ -393,6 +446,21 @@ impl<S: SessionStore + ?Sized + 'static> AsyncSessionStore for BlockingStore<S> 
         let id = id.clone();
         self.run(move |s| s.trim_history(&id, oldest)).await
     }
+    async fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        let (id, request) = (id.clone(), request.clone());
+        self.run(move |s| s.acquire_lease(&id, &request)).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let lease = lease.clone();
+        self.run(move |s| s.renew_lease(&lease, ttl)).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let lease = lease.clone();
+        self.run(move |s| s.release_lease(&lease)).await
+    }
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        self.run(SessionStore::leases).await
+    }
 }
 
 /// A synchronous store whose calls never wait for I/O, driven from async code on the
@@ -448,6 +516,18 @@ where
     }
     async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         self.0.trim_history(id, oldest)
+    }
+    async fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        self.0.acquire_lease(id, request)
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.0.renew_lease(lease, ttl)
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.0.release_lease(lease)
+    }
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        self.0.leases()
     }
 }
 

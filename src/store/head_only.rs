@@ -77,6 +77,13 @@ pub(super) fn cannot_archive<S: ?Sized>() -> Error {
     }
 }
 
+pub(super) fn cannot_lease<S: ?Sized>() -> Error {
+    Error::Unsupported {
+        store: std::any::type_name::<S>(),
+        operation: "lease sessions (it protects them by compare-and-swap on revisions only)",
+    }
+}
+
 fn not_kept(head: &SessionSnapshot, revision: Revision) -> Error {
     Error::RevisionNotFound {
         id: head.id().clone(),

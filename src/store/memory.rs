@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::lease_rules::{self, LeaseRecord};
 use super::{
     check_revision, check_unchanged, AsyncSessionStore, InlineStore, ListScope, Revision,
     SessionList, SessionStore, SessionSummary, StoredVersion,
@@ -11,6 +12,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::lease::{Lease, LeaseRequest};
 use crate::snapshot::{
     Counts, History, HistoryStats, LogEntry, LogSource, RevisionInfo, SessionSnapshot,
 };
@@ -35,6 +37,9 @@ use crate::telemetry;
 #[derive(Debug, Default)]
 pub struct MemorySessionStore {
     sessions: Mutex<HashMap<SessionId, Stored>>,
+    /// Each session's last lease, kept after release and deletion so epochs only grow;
+    /// locked after `sessions` when both are.
+    leases: Mutex<HashMap<SessionId, LeaseRecord>>,
 }
 
 /// One stored session: its log (the checkpoint it was first saved as, or last written
@@ -177,6 +182,13 @@ impl MemorySessionStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn leases_held(&self) -> MutexGuard<'_, HashMap<SessionId, LeaseRecord>> {
+        // Every change is one insert: a poisoned lock is safe to keep using.
+        self.leases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn with_stored<T>(
         &self,
         id: &SessionId,
@@ -195,6 +207,13 @@ impl SessionStore for MemorySessionStore {
         telemetry::store_op("save", "memory", Some(snapshot.id())).run(|| {
             let mut sessions = self.sessions();
             let stored = sessions.get_mut(snapshot.id());
+            // Before the revision: a writer whose lease was taken over is told so, whatever
+            // its revision.
+            let leases = self.leases_held();
+            let lease = leases.get(snapshot.id());
+            let live = lease.is_some_and(|l| l.is_live_at(Utc::now()));
+            lease_rules::check_save(snapshot, lease, live)?;
+            drop(leases);
             check_revision(
                 snapshot.id(),
                 snapshot.revision(),
@@ -323,6 +342,61 @@ impl SessionStore for MemorySessionStore {
                 })
                 .collect::<Result<_>>()?;
             Ok(SessionList::new(summaries, Vec::new()))
+        })
+    }
+
+    /// Leases live until released or expired (this store lives in one process, so its
+    /// holders' processes are never gone while it is there). A session's lease outlives
+    /// its deletion, so epochs only grow under an id.
+    fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        telemetry::store_op("acquire_lease", "memory", Some(id)).run(|| {
+            let sessions = self.sessions();
+            if !sessions.contains_key(id) {
+                return Err(Error::NotFound { id: id.clone() });
+            }
+            let now = Utc::now();
+            let mut leases = self.leases_held();
+            let record = leases.get(id);
+            let live = record.is_some_and(|r| r.is_live_at(now));
+            let record = lease_rules::acquire(id, request, record, live, now)?;
+            let lease = record.lease.clone();
+            leases.insert(id.clone(), record);
+            Ok(lease)
+        })
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl: std::time::Duration) -> Result<Lease> {
+        telemetry::store_op("renew_lease", "memory", Some(&lease.session)).run(|| {
+            let mut leases = self.leases_held();
+            let record = lease_rules::renew(lease, leases.get(&lease.session), ttl, Utc::now())?;
+            let renewed = record.lease.clone();
+            leases.insert(lease.session.clone(), record);
+            Ok(renewed)
+        })
+    }
+
+    fn release_lease(&self, lease: &Lease) -> Result<()> {
+        telemetry::store_op("release_lease", "memory", Some(&lease.session)).run(|| {
+            let mut leases = self.leases_held();
+            if let Some(released) = lease_rules::release(lease, leases.get(&lease.session)) {
+                leases.insert(lease.session.clone(), released);
+            }
+            Ok(())
+        })
+    }
+
+    fn leases(&self) -> Result<Vec<Lease>> {
+        telemetry::store_op("leases", "memory", None).run(|| {
+            let now = Utc::now();
+            let sessions = self.sessions();
+            let mut leases: Vec<Lease> = self
+                .leases_held()
+                .values()
+                .filter(|r| r.is_live_at(now) && sessions.contains_key(&r.lease.session))
+                .map(|r| r.lease.clone())
+                .collect();
+            leases.sort_by(|a, b| a.session.cmp(&b.session));
+            Ok(leases)
         })
     }
 

@@ -7,6 +7,7 @@ mod async_store;
 mod checks;
 mod file;
 mod head_only;
+pub(crate) mod lease_rules;
 mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -19,6 +20,7 @@ mod postgres_tls;
 use crate::error::Error;
 use crate::error::Result;
 use crate::id::{Revision, SessionId};
+use crate::lease::{Lease, LeaseRequest};
 #[cfg(doc)]
 use crate::snapshot::EntryKind;
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
@@ -340,6 +342,63 @@ pub trait SessionStore: Send + Sync {
         head_only::trim(&self.load(id)?, oldest)
     }
 
+    /// Takes a lease on session `id` for writing (see [`Lease`](crate::Lease)): one writer per
+    /// session, and saves fenced by the lease's epoch
+    /// ([`SessionSnapshot::with_lease`]). Read-only loads never need one.
+    ///
+    /// A store that leases keeps the lease apart from the snapshot (the revision does not
+    /// change), raises the epoch on every acquisition, refuses a save under an older epoch
+    /// ([`Error::Fenced`]) and a save under none while a lease is live
+    /// ([`Error::Leased`]), and keeps the epoch when the session is deleted (so a writer
+    /// fenced off stays fenced off when the id is used again). Leases fence saves; the
+    /// lifecycle operations (delete, archive, restore, trim) are not fenced.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if there is no such session; [`Error::Leased`], naming the
+    /// holder, if another lease is live and `request` does not take over;
+    /// [`Error::Unsupported`] from the default implementation, for stores that protect
+    /// sessions by compare-and-swap only; storage errors otherwise.
+    fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        let _ = (id, request);
+        Err(head_only::cannot_lease::<Self>())
+    }
+
+    /// Extends `lease` to `ttl` from now: the heartbeat of a holder that keeps the
+    /// session open. Returns the renewed lease (same epoch).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fenced`] if the lease is no longer the session's (taken over or
+    /// released); [`Error::Unsupported`] from the default implementation; storage errors
+    /// otherwise.
+    fn renew_lease(&self, lease: &Lease, ttl: std::time::Duration) -> Result<Lease> {
+        let _ = (lease, ttl);
+        Err(head_only::cannot_lease::<Self>())
+    }
+
+    /// Ends `lease`, so another writer can take the session at once. Releasing a lease
+    /// that was taken over or released already does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] from the default implementation; storage errors otherwise.
+    fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let _ = lease;
+        Err(head_only::cannot_lease::<Self>())
+    }
+
+    /// The live leases of the store's sessions (who has which session open for writing,
+    /// since when), in session id order. Empty from the default implementation: a store
+    /// that cannot lease has none.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors.
+    fn leases(&self) -> Result<Vec<Lease>> {
+        Ok(Vec::new())
+    }
+
     /// This store for async code: every operation as a future ([`AsyncSessionStore`]),
     /// on the same stored sessions. [`Harness`](crate::Harness) calls it once, for its
     /// async entry points and for autosave from [`Harness::send`](crate::Harness::send).
@@ -435,5 +494,21 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         (**self).trim_history(id, oldest)
+    }
+
+    fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        (**self).acquire_lease(id, request)
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl: std::time::Duration) -> Result<Lease> {
+        (**self).renew_lease(lease, ttl)
+    }
+
+    fn release_lease(&self, lease: &Lease) -> Result<()> {
+        (**self).release_lease(lease)
+    }
+
+    fn leases(&self) -> Result<Vec<Lease>> {
+        (**self).leases()
     }
 }

@@ -7,14 +7,15 @@
 //! (fork, rewind, archive, the conditional delete, prune, export and import). A case that fails
 //! panics, naming the case, as a test assertion does, so call it from a `#[test]`.
 //!
-//! Three behaviours are optional, and the cases that need them are skipped (and listed in
+//! Four behaviours are optional, and the cases that need them are skipped (and listed in
 //! [`ContractReport::skipped`]) for a store without them: archiving
 //! ([`SessionStore::set_archived`] returns [`Error::Unsupported`]);
 //! not writing a snapshot that is unchanged since it was loaded
 //! ([`SessionSnapshot::is_unchanged_since_stored`] tells a store which those are); and
 //! keeping the session's history ([`HISTORY`]: a store whose
 //! [`SessionStore::revisions`] lists one revision after two saves keeps only the head, as
-//! the trait's defaults do). Call [`ContractReport::assert_complete`] to require all three,
+//! the trait's defaults do); and leasing sessions ([`LEASES`]: [`SessionStore::acquire_lease`]
+//! returns [`Error::Unsupported`]). Call [`ContractReport::assert_complete`] to require all four,
 //! or [`ContractReport::assert_complete_except`] to allow some to be skipped.
 //!
 //! # Examples
@@ -38,6 +39,7 @@
 
 mod cases;
 mod history;
+mod leases;
 mod lifecycle;
 mod support;
 
@@ -84,7 +86,7 @@ impl ContractReport {
     }
 
     /// Panics unless every case ran but those that need one of the optional behaviours in
-    /// `allowed` ([`ARCHIVING`], [`UNCHANGED_SAVES`], [`HISTORY`]): for a store known to
+    /// `allowed` ([`ARCHIVING`], [`UNCHANGED_SAVES`], [`HISTORY`], [`LEASES`]): for a store known to
     /// lack them.
     ///
     /// # Panics
@@ -131,6 +133,7 @@ enum Needs {
     Archiving,
     UnchangedSaves,
     History,
+    Leases,
 }
 
 /// The optional behaviour archiving: what [`SkippedCase::needs`] says of a case skipped
@@ -147,8 +150,8 @@ pub const UNCHANGED_SAVES: &str =
 ///
 /// # Examples
 ///
-/// A store that keeps only its head (the trait's defaults) skips the history cases, and
-/// says so:
+/// A store that keeps only its head (the trait's defaults) skips the history cases (and,
+/// without leases, the lease cases), and says so:
 ///
 /// ```
 /// use agent_session::{testing, MemorySessionStore, Result, Revision, SessionId, SessionList,
@@ -174,11 +177,20 @@ pub const UNCHANGED_SAVES: &str =
 ///
 /// let report = testing::contract(|| HeadOnly(MemorySessionStore::new()));
 /// assert!(!report.skipped.is_empty());
-/// assert!(report.skipped.iter().all(|s| s.needs == testing::HISTORY));
-/// report.assert_complete_except(&[testing::HISTORY]);
+/// assert!(report
+///     .skipped
+///     .iter()
+///     .all(|s| s.needs == testing::HISTORY || s.needs == testing::LEASES));
+/// report.assert_complete_except(&[testing::HISTORY, testing::LEASES]);
 /// ```
 pub const HISTORY: &str =
     "a kept history (load_at, revisions, history and restore of every revision saved)";
+
+/// The optional behaviour of leasing sessions ([`SessionStore::acquire_lease`] and the
+/// saves it fences; see [`Lease`](crate::Lease)): what [`SkippedCase::needs`] says of a case
+/// skipped for a store that protects sessions by compare-and-swap only.
+pub const LEASES: &str =
+    "leases (acquire_lease, renew_lease, release_lease, leases, and saves fenced by them)";
 
 /// Runs every case of the store contract, each on a fresh store from `make`, and reports
 /// what ran.
@@ -193,12 +205,13 @@ pub const HISTORY: &str =
 /// that cannot save or delete a first session.
 #[allow(clippy::too_many_lines)] // one line per case: the list is the suite
 pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
-    use Needs::{Archiving, History, Nothing, UnchangedSaves};
+    use Needs::{Archiving, History, Leases, Nothing, UnchangedSaves};
 
     let mut run = Runner {
         archives: archives(&make()),
         skips_unchanged_saves: skips_unchanged_saves(&make()),
         keeps_history: keeps_history(&make()),
+        leases: leases(&make()),
         report: ContractReport::default(),
         make,
     };
@@ -374,15 +387,38 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
     );
     on_store!(Nothing, lifecycle::export_refuses_missing_and_repeated_ids);
     on_store!(Nothing, lifecycle::bundle_json_round_trips_byte_for_byte);
+
+    on_store!(
+        Leases,
+        leases::a_lease_is_exclusive_until_released_and_names_its_holder
+    );
+    on_store!(
+        Leases,
+        leases::a_taken_over_lease_fences_the_old_holder_even_at_the_current_revision
+    );
+    on_store!(
+        Leases,
+        leases::a_save_without_a_lease_is_refused_while_one_is_live
+    );
+    on_store!(
+        Leases,
+        leases::an_expired_lease_is_taken_without_take_over_and_fences_its_holder
+    );
+    on_store!(
+        Leases,
+        leases::epochs_keep_growing_when_the_id_is_used_again
+    );
     run.report
 }
 
 /// Runs cases on fresh stores and records what ran.
+#[allow(clippy::struct_excessive_bools)] // one flag per optional behaviour the contract probes
 struct Runner<F> {
     make: F,
     archives: bool,
     skips_unchanged_saves: bool,
     keeps_history: bool,
+    leases: bool,
     report: ContractReport,
 }
 
@@ -392,6 +428,7 @@ impl<S: SessionStore, F: Fn() -> S> Runner<F> {
             Needs::Archiving if !self.archives => Some(ARCHIVING),
             Needs::UnchangedSaves if !self.skips_unchanged_saves => Some(UNCHANGED_SAVES),
             Needs::History if !self.keeps_history => Some(HISTORY),
+            Needs::Leases if !self.leases => Some(LEASES),
             _ => None,
         };
         if let Some(needs) = missing {
@@ -445,6 +482,28 @@ fn skips_unchanged_saves<S: SessionStore>(store: &S) -> bool {
     let skips = store.save(&loaded).expect("the store saves it again") == loaded.revision();
     store.delete(snapshot.id()).expect("the store deletes it");
     skips
+}
+
+/// Whether `store` leases: `acquire_lease` on a stored session is not
+/// [`Error::Unsupported`].
+fn leases<S: SessionStore>(store: &S) -> bool {
+    let snapshot = probe();
+    store
+        .save(&snapshot)
+        .expect("the store saves a first session");
+    let request = crate::LeaseRequest::new(crate::LeaseHolder::this_process("contract-probe"));
+    let leases = match store.acquire_lease(snapshot.id(), &request) {
+        Ok(lease) => {
+            store
+                .release_lease(&lease)
+                .expect("the store releases a lease");
+            true
+        }
+        Err(Error::Unsupported { .. }) => false,
+        Err(e) => panic!("acquire_lease on a stored session failed: {e}"),
+    };
+    store.delete(snapshot.id()).expect("the store deletes it");
+    leases
 }
 
 /// Whether `store` keeps the history: after two saves, [`SessionStore::revisions`] lists

@@ -6,6 +6,7 @@ mod atomic;
 mod fork;
 mod fs;
 mod journal;
+mod lease;
 mod lock;
 mod private_dir;
 mod restore;
@@ -29,6 +30,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::lease::{Lease, LeaseRequest};
 use crate::snapshot::{EntryKind, History, RevisionInfo, SessionSnapshot};
 use crate::telemetry;
 use fs::{FileSystem, OsFileSystem};
@@ -153,6 +155,16 @@ pub enum Durability {
 /// exact files it describes; a listing reads the session itself when the summary is
 /// missing, damaged or out of date.
 ///
+/// # Leases
+///
+/// [`acquire_lease`](SessionStore::acquire_lease) writes `<dir>/<id>.lease` (0600, a new
+/// file renamed into place) and holds an exclusive `flock` on it for as long as the
+/// lease lasts, so a lease ends when it is released, when its time runs out, or when its
+/// holder's process ends, whichever comes first: after a crash of the holder the next
+/// writer gets the session at once. Saves read the lease file under the write lock and
+/// refuse a save fenced by an older epoch ([`Error::Fenced`]) or made without a lease
+/// while one is live ([`Error::Leased`]). See [`Lease`](crate::Lease).
+///
 /// # Lifecycle
 ///
 /// - Archiving ([`set_archived`](SessionStore::set_archived)) creates an empty 0600 file
@@ -231,6 +243,9 @@ pub struct FileSessionStore {
     /// The lengths of every kept revision of the sessions this store restored, so a
     /// restore writes its entry without reading the log; only taken under the write lock.
     revision_index: Mutex<HashMap<SessionId, restore::RevisionIndex>>,
+    /// The lease files this store holds locked, one per session it leases: closing one
+    /// (release, a new record, the store dropped, the process ended) ends the lease.
+    held_leases: Mutex<HashMap<SessionId, std::fs::File>>,
 }
 
 /// Configures a [`FileSessionStore`]. Made by [`FileSessionStore::builder`].
@@ -356,6 +371,7 @@ impl FileSessionStore {
             known: Mutex::new(HashMap::new()),
             listed: Mutex::new(HashMap::new()),
             revision_index: Mutex::new(HashMap::new()),
+            held_leases: Mutex::new(HashMap::new()),
         };
         store.remove_leftover_temp_files()?;
         Ok(store)
@@ -466,6 +482,9 @@ impl SessionStore for FileSessionStore {
             };
             let _lock = self.write_lock()?;
             self.check_root()?;
+            // Before the revision: a writer whose lease was taken over is told so, whatever
+            // its revision.
+            self.check_lease(snapshot)?;
             let stored = self.stored_state(id, true)?;
             check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
             let Some(stored) = stored else {
@@ -631,6 +650,41 @@ impl SessionStore for FileSessionStore {
             let _lock = self.write_lock()?;
             self.check_root()?;
             self.delete_locked(id)
+        })
+    }
+
+    /// Writes `<id>.lease` and holds an exclusive `flock` on it while the lease lasts, so
+    /// the lease also ends with this process (see [`Lease`](crate::Lease)).
+    fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        telemetry::store_op("acquire_lease", "file", Some(id)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            self.acquire_lease_locked(id, request)
+        })
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        telemetry::store_op("renew_lease", "file", Some(&lease.session)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            self.renew_lease_locked(lease, ttl)
+        })
+    }
+
+    fn release_lease(&self, lease: &Lease) -> Result<()> {
+        telemetry::store_op("release_lease", "file", Some(&lease.session)).run(|| {
+            let _lock = self.write_lock()?;
+            self.check_root()?;
+            self.release_lease_locked(lease)
+        })
+    }
+
+    /// Reads every `<id>.lease` of a stored session, and whether its holder's process
+    /// still holds it.
+    fn leases(&self) -> Result<Vec<Lease>> {
+        telemetry::store_op("leases", "file", None).run(|| {
+            self.check_root()?;
+            self.live_leases()
         })
     }
 

@@ -573,6 +573,7 @@ impl FileSessionStore {
         let id = snapshot.id();
         let _lock = self.write_lock()?;
         self.check_root()?;
+        self.check_lease(snapshot)?;
         // Verified (read whole if this store does not know it), so the update time is known.
         let stored = self.stored_state(id, true)?;
         check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;

@@ -1192,6 +1192,7 @@ fn kind(call: &Call) -> &'static str {
         Some("summary") => "summary",
         Some("archived") => "archived",
         Some("forks") => "forks",
+        Some("lease") => "lease",
         Some("tmp") => "temp",
         _ if path.file_name().is_some_and(|n| n == ".lock") => "lock",
         _ => "dir",
@@ -1331,10 +1332,12 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         (OpenWrite, "summary"),
     ];
     let summary = [(WriteAllAt, "summary"), (SetLen, "summary")];
-    // Every writer first checks that the lock it took is on the file `.lock` names.
+    // Every writer first checks that the lock it took is on the file `.lock` names; a
+    // save then reads the session's lease (there is none here).
     let inspect = [
         (SymlinkMetadata, "lock"),
         (SymlinkMetadata, "dir"),
+        (OpenRead, "lease"),
         (SymlinkMetadata, "base"),
         (SymlinkMetadata, "journal"),
     ];
@@ -1382,6 +1385,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         [
             (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
+            (OpenRead, "lease"),
             (SymlinkMetadata, "base"),
             (SymlinkMetadata, "archived"),
         ]
@@ -1627,14 +1631,15 @@ fn a_failed_fsync_is_never_retried_on_the_same_file() {
         )
         .expect("open");
         let id = SessionId::parse(ID).expect("valid id");
-        // Call 8 of a first save is the file fsync.
-        fs.arm(8, Fault::Eio, persistence);
+        // Call 9 of a first save is the file fsync (after the lock, the lease and the
+        // session's files are looked at, and the temporary file is created and written).
+        fs.arm(9, Fault::Eio, persistence);
         let err = store
             .save(&snapshot_on(&id, 0, "new", 100))
             .expect_err("fsync fails");
         let mut calls = fs.disarm();
-        assert_eq!(calls[7].op, Op::SyncFile);
-        let failed_inode = calls[7].inode.expect("inode");
+        assert_eq!(calls[8].op, Op::SyncFile);
+        let failed_inode = calls[8].inode.expect("inode");
         assert!(err.to_string().contains("could not sync"), "{err}");
         // Nothing syncs the failed file again: not this save, not the next one.
         store
@@ -2708,6 +2713,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
     let inspect = [
         (SymlinkMetadata, "lock"),
         (SymlinkMetadata, "dir"),
+        (OpenRead, "lease"),
         (SymlinkMetadata, "base"),
         (SymlinkMetadata, "journal"),
     ];
@@ -3824,4 +3830,168 @@ fn every_failing_call_of_a_sharing_fork_and_of_its_parents_delete_keeps_the_fork
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(failed > 0);
     eprintln!("fault injection, delete of a parent with a sharing fork: {runs} faulted deletes over {} calls, {failed} failed with a typed error", delete_calls.len());
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases: taking, taking over, renewing and releasing, each call failed in turn.
+// ---------------------------------------------------------------------------------------
+
+/// A lease operation the sweep fails.
+#[derive(Debug, Clone, Copy)]
+enum LeaseOp {
+    Acquire,
+    TakeOver,
+    Renew,
+    Release,
+}
+
+/// Runs `op` on a stored session with call `k` failing, then checks: an `Ok` put the new
+/// lease in effect (a save under it succeeds, another writer is refused or let in as the
+/// operation means); an error is a typed `Io` error naming a path in the store and left
+/// the lease as it was (the holder before still saves; a failed first acquisition leaves
+/// the session free for the next writer); either way the session loads as stored and no
+/// temporary file outlives the next opening of the store. Returns whether the operation
+/// failed.
+fn lease_with_fault(
+    op: LeaseOp,
+    fault: Fault,
+    persistence: Persistence,
+    k: usize,
+) -> Result<bool, String> {
+    use crate::id::LeaseHolder;
+    use crate::lease::LeaseRequest;
+    let (_scratch, base) = scratch_dir();
+    let fs = Arc::new(FaultyFileSystem::default());
+    let dir = base.join("store");
+    let store = open_faulty(&dir, &fs)?;
+    let root = store.dir().to_path_buf();
+    // Another holder: a second store on the directory (its own lock on the lease file).
+    let other = FileSessionStore::open(&root).map_err(|e| format!("open: {e}"))?;
+    let id = SessionId::parse(ID).expect("valid id");
+    let stored = snapshot_on(&id, 0, "leased", 64);
+    store
+        .save(&stored)
+        .map_err(|e| format!("setup save: {e}"))?;
+    let stored = saved(&stored);
+    let request = |label: &str| {
+        LeaseRequest::new(LeaseHolder::this_process(label))
+            .ttl(std::time::Duration::from_secs(3600))
+    };
+    // What holds the session before the operation, and on which store.
+    let before = match op {
+        LeaseOp::Acquire => None,
+        LeaseOp::TakeOver => Some((&other, other.acquire_lease(&id, &request("before")))),
+        LeaseOp::Renew | LeaseOp::Release => {
+            Some((&store, store.acquire_lease(&id, &request("before"))))
+        }
+    };
+    let before = match before {
+        Some((holder, lease)) => Some((holder, lease.map_err(|e| format!("setup lease: {e}"))?)),
+        None => None,
+    };
+    fs.arm(k, fault, persistence);
+    let result = match (op, &before) {
+        (LeaseOp::Acquire, _) => store.acquire_lease(&id, &request("new")).map(Some),
+        (LeaseOp::TakeOver, _) => store
+            .acquire_lease(&id, &request("new").take_over(true))
+            .map(Some),
+        (LeaseOp::Renew, Some((_, lease))) => store
+            .renew_lease(lease, std::time::Duration::from_secs(7200))
+            .map(Some),
+        (LeaseOp::Release, Some((_, lease))) => store.release_lease(lease).map(|()| None),
+        _ => unreachable!("every operation but Acquire has a lease before it"),
+    };
+    let calls = fs.disarm();
+    let injected = calls.iter().any(|c| c.injected);
+    let loaded = store.load(&id).map_err(|e| format!("load: {e}"))?;
+    ensure!(loaded == stored, "the lease operation changed the session");
+    // A temporary file the failed call's clean-up could not remove (the fault persists)
+    // is removed when the store is next opened, as a save's is.
+    drop(FileSessionStore::open(&root).map_err(|e| format!("reopen: {e}"))?);
+    ensure!(
+        temp_files(&root).is_empty(),
+        "temporary files left: {:?}",
+        temp_files(&root)
+    );
+    let fenced_save = |lease: &crate::lease::Lease, on: &FileSessionStore| {
+        on.save(&appended(&loaded, "probe", 8).with_lease(lease))
+    };
+    match (&result, &before) {
+        (Ok(Some(lease)), _) => {
+            ensure!(!injected, "succeeded although a call failed");
+            // The new (or renewed) lease is the session's: its holder saves, and nobody
+            // else gets in without taking over.
+            fenced_save(lease, &store).map_err(|e| format!("a save under the new lease: {e}"))?;
+            ensure!(
+                other.acquire_lease(&id, &request("third")).is_err(),
+                "another writer got in past the new lease"
+            );
+            if let (LeaseOp::TakeOver, Some((_, old))) = (op, &before) {
+                ensure!(
+                    matches!(fenced_save(old, &other), Err(Error::Fenced { .. })),
+                    "the holder taken over still saves"
+                );
+            }
+        }
+        (Ok(None), _) => {
+            ensure!(!injected, "released although a call failed");
+            other
+                .acquire_lease(&id, &request("third"))
+                .map_err(|e| format!("the released session is not free: {e}"))?;
+        }
+        (Err(err), before) => {
+            ensure!(injected, "failed with no fault: {err}");
+            check_io_error(err, &root, fault.errno())?;
+            match before {
+                // Nothing was taken: the session is free.
+                None => {
+                    let free = other.acquire_lease(&id, &request("third"));
+                    ensure!(free.is_ok(), "a failed acquisition left a lease: {free:?}");
+                }
+                // The holder before still holds it, and saves.
+                Some((holder, lease)) => {
+                    fenced_save(lease, holder)
+                        .map_err(|e| format!("the holder before lost the lease: {e}"))?;
+                }
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[test]
+fn every_failing_call_of_a_lease_operation_keeps_the_lease_as_it_was_or_makes_the_change() {
+    let (mut runs, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for op in [
+        LeaseOp::Acquire,
+        LeaseOp::TakeOver,
+        LeaseOp::Renew,
+        LeaseOp::Release,
+    ] {
+        // Lease operations make at most a handful of calls through the seam; past the
+        // last one the fault is never reached and the operation must succeed.
+        for k in 1..=12 {
+            for fault in [Fault::Eio, Fault::Enospc, Fault::ShortWrite] {
+                for persistence in [Persistence::Once, Persistence::Persistent] {
+                    runs += 1;
+                    match lease_with_fault(op, fault, persistence, k) {
+                        Ok(err) => failed += usize::from(err),
+                        Err(why) => failures.push(format!(
+                            "{op:?}, {fault:?} {persistence:?} at call {k}: {why}"
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        failed > 0,
+        "no fault was ever reached: the sweep tests nothing"
+    );
+    eprintln!(
+        "fault injection, leases: {runs} faulted runs, {failed} failed with a typed Io error"
+    );
 }

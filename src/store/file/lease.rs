@@ -1,0 +1,269 @@
+//! Leases in the file store: `<dir>/<id>.lease`, a small JSON record of the session's last
+//! lease, and an exclusive `flock` on that file held by the holder's store for as long as
+//! the lease lasts. The lock ends with the holder's process, so a crashed holder's lease
+//! ends at once, not after its time to live.
+//!
+//! Every change writes a new file (temporary name, data synced, locked by the new holder
+//! before the rename) under the store's write lock, which saves also hold while they
+//! check the lease: a takeover and a save never interleave. The record is not made
+//! durable by a directory fsync: a power loss ends every process, and so every lease,
+//! with it, so a record that a power loss takes back leaves no live holder behind.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::FileSessionStore;
+use crate::error::{Error, Location, Result};
+use crate::id::{LeaseHolder, SessionId};
+use crate::lease::{Lease, LeaseRequest};
+use crate::snapshot::SessionSnapshot;
+use crate::store::lease_rules::{self, LeaseRecord};
+
+/// Suffix of lease files.
+pub(super) const LEASE_SUFFIX: &str = ".lease";
+/// The format of a lease file.
+const LEASE_FORMAT: u32 = 1;
+/// Lease files are a few hundred bytes; anything larger is not one.
+const MAX_LEASE_BYTES: u64 = 64 * 1024;
+
+/// A lease file's contents (`docs/FORMAT.md`, "Lease files").
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseFile {
+    /// The format, [`LEASE_FORMAT`].
+    lease: u32,
+    session: SessionId,
+    holder: LeaseHolder,
+    epoch: u64,
+    acquired_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    released: bool,
+}
+
+impl LeaseFile {
+    fn of(record: &LeaseRecord) -> Self {
+        let lease = &record.lease;
+        LeaseFile {
+            lease: LEASE_FORMAT,
+            session: lease.session.clone(),
+            holder: lease.holder.clone(),
+            epoch: lease.epoch,
+            acquired_at: lease.acquired_at,
+            expires_at: lease.expires_at,
+            released: record.released,
+        }
+    }
+
+    fn into_record(self) -> LeaseRecord {
+        LeaseRecord {
+            lease: Lease {
+                session: self.session,
+                holder: self.holder,
+                epoch: self.epoch,
+                acquired_at: self.acquired_at,
+                expires_at: self.expires_at,
+            },
+            released: self.released,
+        }
+    }
+}
+
+/// A session's lease as the files say: the record, and whether its holder's process
+/// still holds the file's lock.
+struct Found {
+    record: LeaseRecord,
+    locked: bool,
+}
+
+impl Found {
+    fn is_live(&self) -> bool {
+        self.locked && self.record.is_live_at(Utc::now())
+    }
+}
+
+impl FileSessionStore {
+    /// The lease file of session `id`: `<dir>/<id>.lease`.
+    pub(super) fn lease_path(&self, id: &SessionId) -> PathBuf {
+        self.root.join(format!("{id}{LEASE_SUFFIX}"))
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<SessionId, File>> {
+        // Every change is one insert or remove: a poisoned lock is safe to keep using.
+        self.held_leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the lease of `id`, if it has a lease file.
+    ///
+    /// # Errors
+    ///
+    /// Corruption if the file is not a lease record of this session (it is never
+    /// guessed at: remove it to end the lease); I/O errors.
+    fn read_lease(&self, id: &SessionId) -> Result<Option<Found>> {
+        let path = self.lease_path(id);
+        let Some((bytes, _)) = self.read_checked(&path, MAX_LEASE_BYTES, false)? else {
+            return Ok(None);
+        };
+        let damaged = |reason: String| {
+            Error::inconsistent(format!(
+                "{reason}; if no process holds this session, remove the lease file"
+            ))
+            .at(&Location::file(&path))
+        };
+        let file: LeaseFile = serde_json::from_slice(&bytes)
+            .map_err(|e| damaged(format!("the lease file does not parse: {e}")))?;
+        if file.lease != LEASE_FORMAT {
+            return Err(damaged(format!(
+                "the lease file has format {}, this release reads {LEASE_FORMAT}",
+                file.lease
+            )));
+        }
+        if file.session != *id {
+            return Err(damaged(format!(
+                "the lease file names session {}",
+                file.session
+            )));
+        }
+        // Whether the holder's process still holds its lock: a shared lock is refused
+        // while any exclusive one is held, this process's own included.
+        let locked = match self.open_checked(&path, false)? {
+            Some((probe, _)) => match probe.try_lock_shared() {
+                Ok(()) => false,
+                Err(std::fs::TryLockError::WouldBlock) => true,
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io("check the lock of", &path, e))
+                }
+            },
+            // Removed meanwhile (by hand): nobody holds it.
+            None => false,
+        };
+        Ok(Some(Found {
+            record: file.into_record(),
+            locked,
+        }))
+    }
+
+    /// Writes `record` as the lease of `id`, locked by this store when `hold` (the lock
+    /// kept until the lease is released, replaced or the store dropped).
+    fn write_lease(&self, id: &SessionId, record: &LeaseRecord, hold: bool) -> Result<()> {
+        let path = self.lease_path(id);
+        let bytes = serde_json::to_vec(&LeaseFile::of(record)).map_err(|e| Error::Encode {
+            id: id.clone(),
+            source: e,
+        })?;
+        let (mut file, temp) = self
+            .fs
+            .create_temp(&self.root, &format!(".{id}{LEASE_SUFFIX}."))
+            .map_err(|e| Error::io("create a temporary file in", &self.root, e))?;
+        let written = self
+            .fs
+            .write_all(&mut file, &bytes)
+            .and_then(|()| self.fs.sync_file(&file))
+            .map_err(|e| Error::io("write", &temp, e))
+            .and_then(|()| {
+                if hold {
+                    // A new file no one else has opened: the lock is free.
+                    file.try_lock()
+                        .map_err(|e| Error::io("lock", &temp, io::Error::other(e.to_string())))
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| {
+                self.fs
+                    .rename(&temp, &path)
+                    .map_err(|e| Error::io("rename a temporary file onto", &path, e))
+            });
+        if let Err(e) = written {
+            let _ = self.fs.remove_file(&temp);
+            return Err(e);
+        }
+        let mut locks = self.held();
+        if hold {
+            locks.insert(id.clone(), file);
+        } else {
+            locks.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Whether `snapshot` may be saved as far as the session's lease goes. Under the write
+    /// lock.
+    pub(super) fn check_lease(&self, snapshot: &SessionSnapshot) -> Result<()> {
+        let found = self.read_lease(snapshot.id())?;
+        let live = found.as_ref().is_some_and(Found::is_live);
+        lease_rules::check_save(snapshot, found.as_ref().map(|f| &f.record), live)
+    }
+
+    pub(super) fn acquire_lease_locked(
+        &self,
+        id: &SessionId,
+        request: &LeaseRequest,
+    ) -> Result<Lease> {
+        match self.fs.symlink_metadata(&self.path_of(id)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { id: id.clone() })
+            }
+            Err(e) => return Err(Error::io("inspect", &self.path_of(id), e)),
+        }
+        let found = self.read_lease(id)?;
+        let live = found.as_ref().is_some_and(Found::is_live);
+        let record = lease_rules::acquire(
+            id,
+            request,
+            found.as_ref().map(|f| &f.record),
+            live,
+            Utc::now(),
+        )?;
+        self.write_lease(id, &record, true)?;
+        Ok(record.lease)
+    }
+
+    pub(super) fn renew_lease_locked(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let found = self.read_lease(&lease.session)?;
+        let record = lease_rules::renew(lease, found.as_ref().map(|f| &f.record), ttl, Utc::now())?;
+        self.write_lease(&lease.session, &record, true)?;
+        Ok(record.lease)
+    }
+
+    pub(super) fn release_lease_locked(&self, lease: &Lease) -> Result<()> {
+        let found = self.read_lease(&lease.session)?;
+        match lease_rules::release(lease, found.as_ref().map(|f| &f.record)) {
+            Some(released) => self.write_lease(&lease.session, &released, false),
+            None => Ok(()),
+        }
+    }
+
+    /// The live leases, from every `<id>.lease` of a session that exists. Without the
+    /// write lock: a lease changing meanwhile is shown before or after the change.
+    pub(super) fn live_leases(&self) -> Result<Vec<Lease>> {
+        let mut leases = Vec::new();
+        for name in self.names()? {
+            let Some(id) = name
+                .to_str()
+                .and_then(|name| name.strip_suffix(LEASE_SUFFIX))
+                .and_then(|id| SessionId::parse(id).ok())
+            else {
+                continue;
+            };
+            if self.fs.symlink_metadata(&self.path_of(&id)).is_err() {
+                continue;
+            }
+            // A lease file removed between the listing and the read reads as none.
+            if let Some(found) = self.read_lease(&id)?.filter(Found::is_live) {
+                leases.push(found.record.lease);
+            }
+        }
+        leases.sort_by(|a, b| a.session.cmp(&b.session));
+        Ok(leases)
+    }
+}

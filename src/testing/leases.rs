@@ -1,0 +1,209 @@
+//! Contract cases for leases (see [`Lease`](crate::Lease)): for stores that lease.
+
+use std::time::Duration;
+
+use super::support::{id, simple_snapshot};
+use crate::{Error, ErrorKind, LeaseHolder, LeaseRequest, Message, SessionStore};
+
+fn request(label: &str) -> LeaseRequest {
+    LeaseRequest::new(LeaseHolder::this_process(label)).ttl(Duration::from_secs(3600))
+}
+
+pub(super) fn a_lease_is_exclusive_until_released_and_names_its_holder<S: SessionStore>(store: &S) {
+    let snapshot = simple_snapshot("leased", 1);
+    store.save(&snapshot).expect("save");
+    let first = store
+        .acquire_lease(snapshot.id(), &request("first"))
+        .expect("a free session is leased");
+    assert_eq!(first.session, *snapshot.id());
+    assert_eq!(first.holder.label, "first");
+    assert!(first.epoch >= 1);
+    assert!(first.expires_at > first.acquired_at);
+
+    match store.acquire_lease(snapshot.id(), &request("second")) {
+        Err(Error::Leased {
+            id, holder, since, ..
+        }) => {
+            assert_eq!(id, *snapshot.id());
+            assert_eq!(holder, first.holder, "the refusal names the holder");
+            assert_eq!(since, first.acquired_at, "and since when");
+        }
+        other => panic!("a second lease must be refused with Error::Leased, got {other:?}"),
+    }
+    assert_eq!(store.leases().expect("leases"), vec![first.clone()]);
+
+    store.release_lease(&first).expect("release");
+    assert!(store.leases().expect("leases").is_empty(), "released");
+    store
+        .release_lease(&first)
+        .expect("releasing again does nothing");
+    let second = store
+        .acquire_lease(snapshot.id(), &request("second"))
+        .expect("a released session is leased at once");
+    assert!(
+        second.epoch > first.epoch,
+        "every acquisition raises the epoch"
+    );
+    assert_eq!(store.leases().expect("leases"), vec![second]);
+
+    let missing = id("never-saved");
+    assert_eq!(
+        store
+            .acquire_lease(&missing, &request("first"))
+            .expect_err("no such session")
+            .kind(),
+        ErrorKind::NotFound
+    );
+}
+
+pub(super) fn a_taken_over_lease_fences_the_old_holder_even_at_the_current_revision<
+    S: SessionStore,
+>(
+    store: &S,
+) {
+    let snapshot = simple_snapshot("taken-over", 1);
+    store.save(&snapshot).expect("save");
+    let old = store
+        .acquire_lease(snapshot.id(), &request("old"))
+        .expect("lease");
+    let loaded = store.load(snapshot.id()).expect("load");
+    let new = store
+        .acquire_lease(snapshot.id(), &request("new").take_over(true))
+        .expect("take over");
+    assert!(new.epoch > old.epoch);
+
+    // The old holder's save would match the revision, and is refused all the same.
+    let stale = extended(&loaded, "from the old holder").with_lease(&old);
+    match store.save(&stale) {
+        Err(Error::Fenced { epoch, current, .. }) => {
+            assert_eq!((epoch, current), (old.epoch, new.epoch));
+        }
+        other => panic!("a save under a taken-over lease must be fenced, got {other:?}"),
+    }
+    assert_eq!(
+        store.load(snapshot.id()).expect("load"),
+        loaded,
+        "nothing was written"
+    );
+    assert_eq!(
+        store
+            .renew_lease(&old, Duration::from_secs(60))
+            .expect_err("renewal of a taken-over lease")
+            .kind(),
+        ErrorKind::Leased
+    );
+    store
+        .release_lease(&old)
+        .expect("releasing a taken-over lease does nothing");
+    assert_eq!(store.leases().expect("leases"), vec![new.clone()]);
+
+    let current = extended(&loaded, "from the new holder").with_lease(&new);
+    let revision = store.save(&current).expect("the new holder saves");
+    assert_eq!(revision, loaded.revision().next());
+    let renewed = store
+        .renew_lease(&new, Duration::from_secs(7200))
+        .expect("renew");
+    assert_eq!(renewed.epoch, new.epoch, "renewal keeps the epoch");
+    assert!(renewed.expires_at > new.expires_at);
+}
+
+pub(super) fn a_save_without_a_lease_is_refused_while_one_is_live<S: SessionStore>(store: &S) {
+    let snapshot = simple_snapshot("unleased-writer", 1);
+    store.save(&snapshot).expect("save");
+    let loaded = store.load(snapshot.id()).expect("load");
+    let lease = store
+        .acquire_lease(snapshot.id(), &request("holder"))
+        .expect("lease");
+    assert_eq!(
+        store
+            .save(&extended(&loaded, "unleased"))
+            .expect_err("another writer without a lease")
+            .kind(),
+        ErrorKind::Leased
+    );
+    // A snapshot marked with another session's lease is a mistake, not a lease.
+    let other = simple_snapshot("other-session", 1);
+    store.save(&other).expect("save");
+    let other_loaded = store.load(other.id()).expect("load");
+    assert_eq!(
+        store
+            .save(&extended(&other_loaded, "wrong lease").with_lease(&lease))
+            .expect_err("another session's lease")
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    store.release_lease(&lease).expect("release");
+    store
+        .save(&extended(&loaded, "unleased"))
+        .expect("no lease is live: saves need none");
+}
+
+pub(super) fn an_expired_lease_is_taken_without_take_over_and_fences_its_holder<S: SessionStore>(
+    store: &S,
+) {
+    let snapshot = simple_snapshot("expiring", 1);
+    store.save(&snapshot).expect("save");
+    let short = request("short").ttl(Duration::from_millis(1));
+    let expired = store.acquire_lease(snapshot.id(), &short).expect("lease");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        store.leases().expect("leases").is_empty(),
+        "an expired lease is not listed"
+    );
+    let next = store
+        .acquire_lease(snapshot.id(), &request("next"))
+        .expect("an expired lease is taken without take_over");
+    assert!(next.epoch > expired.epoch);
+    let loaded = store.load(snapshot.id()).expect("load");
+    assert_eq!(
+        store
+            .save(&extended(&loaded, "late").with_lease(&expired))
+            .expect_err("the expired holder is fenced")
+            .kind(),
+        ErrorKind::Leased
+    );
+}
+
+pub(super) fn epochs_keep_growing_when_the_id_is_used_again<S: SessionStore>(store: &S) {
+    let snapshot = simple_snapshot("reused-id", 1);
+    store.save(&snapshot).expect("save");
+    let old = store
+        .acquire_lease(snapshot.id(), &request("old"))
+        .expect("lease");
+    store.delete(snapshot.id()).expect("delete");
+    // The lease outlives the session: while it is live, nobody else takes the id.
+    assert_eq!(
+        store
+            .save(&simple_snapshot("reused-id", 2))
+            .expect_err("the id is leased")
+            .kind(),
+        ErrorKind::Leased
+    );
+    store.release_lease(&old).expect("release");
+    store
+        .save(&simple_snapshot("reused-id", 2))
+        .expect("a new session under the id");
+    let new = store
+        .acquire_lease(snapshot.id(), &request("new"))
+        .expect("lease the new session");
+    assert!(
+        new.epoch > old.epoch,
+        "epochs outlive the session's deletion"
+    );
+    let loaded = store.load(snapshot.id()).expect("load");
+    assert_eq!(
+        store
+            .save(&extended(&loaded, "stale").with_lease(&old))
+            .expect_err("the old session's holder")
+            .kind(),
+        ErrorKind::Leased
+    );
+}
+
+/// `loaded` with one more user message.
+fn extended(loaded: &crate::SessionSnapshot, text: &str) -> crate::SessionSnapshot {
+    loaded
+        .clone()
+        .with_appended(vec![Message::user(text)], Vec::new(), loaded.updated_at())
+        .expect("a message appended")
+}
