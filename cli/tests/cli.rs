@@ -3165,10 +3165,8 @@ fn a_step_that_could_not_be_saved_is_reported_as_run_but_not_saved() {
     let lease = store
         .acquire_lease(
             &session_id,
-            &agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process(
-                "other",
-            ))
-            .take_over(true),
+            &agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process("other"))
+                .take_over(true),
         )
         .expect("take over");
     let loaded = store.load(&session_id).expect("load");
