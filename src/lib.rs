@@ -115,10 +115,11 @@
 //! - `tracing`: [`tracing`](https://docs.rs/tracing) spans, at level `INFO`, with
 //!   OpenTelemetry field names. Without the feature they cost nothing.
 //!   - `agent_session.store`, one per operation of [`FileSessionStore`],
-//!     [`MemorySessionStore`] and `PostgresSessionStore` (no byte counts there): `gen_ai.conversation.id` (the session id),
-//!     `agent_session.store` (`file`, `memory`), `agent_session.operation` (`save`,
+//!     [`MemorySessionStore`] and `PostgresSessionStore`: `gen_ai.conversation.id` (the session id),
+//!     `agent_session.store` (`file`, `memory`, `postgres`), `agent_session.operation` (`save`,
 //!     `load`, `list`, `restore`, …, the method's name), `agent_session.revision`,
-//!     `agent_session.bytes_read` and `agent_session.bytes_written` (when any),
+//!     `agent_session.bytes_read` and `agent_session.bytes_written` (when any; for
+//!     PostgreSQL, the bytes of the rows fetched and of the snapshots and entries sent),
 //!     `agent_session.sessions` (listings);
 //!   - `agent_session.turn`, one per [`Session::send`] (and its variants):
 //!     `gen_ai.operation.name` (`invoke_agent`), `gen_ai.conversation.id`,

@@ -132,6 +132,13 @@ mod enabled {
         pub(super) fn counted() -> (u64, u64) {
             IO.with(Cell::get).unwrap_or_default()
         }
+
+        /// Ends the scope without adding its bytes to the enclosing operation's.
+        pub(super) fn discard(mut self) {
+            let outer = self.outer.take();
+            IO.with(|io| io.set(outer));
+            std::mem::forget(self);
+        }
     }
 
     impl Drop for IoScope {
@@ -171,6 +178,55 @@ pub(crate) fn wrote(n: u64) {
     enabled::add(0, n);
     #[cfg(not(feature = "tracing"))]
     let _ = n;
+}
+
+/// Bytes (read, written) that a future moved, counted by [`counting`] on whatever
+/// threads polled it. Empty without the feature.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Io {
+    #[cfg(feature = "tracing")]
+    read: u64,
+    #[cfg(feature = "tracing")]
+    written: u64,
+}
+
+impl Io {
+    /// Adds these bytes to the store operation running on this thread (as [`read`] and
+    /// [`wrote`] do): for work done on another thread or runtime on its behalf.
+    #[inline]
+    pub(crate) fn hand_over(self) {
+        #[cfg(feature = "tracing")]
+        enabled::add(self.read, self.written);
+    }
+}
+
+/// `future`, with the bytes it reports through [`read`] and [`wrote`] counted at each
+/// poll, whichever thread polls it: the thread-local count of [`OpSpan::run`] follows an
+/// async operation that way, across await points and worker threads. Without the
+/// feature, `future`'s output and nothing counted.
+pub(crate) async fn counting<F: Future>(future: F) -> (F::Output, Io) {
+    #[cfg(feature = "tracing")]
+    {
+        let mut future = std::pin::pin!(future);
+        let mut io = Io::default();
+        let output = std::future::poll_fn(|cx| {
+            let scope = enabled::IoScope::start();
+            let polled = future.as_mut().poll(cx);
+            let (read, written) = enabled::IoScope::counted();
+            io.read = io.read.saturating_add(read);
+            io.written = io.written.saturating_add(written);
+            // Restores the thread's own count (which does not get these bytes: this
+            // future's owner hands them over).
+            scope.discard();
+            polled
+        })
+        .await;
+        (output, io)
+    }
+    #[cfg(not(feature = "tracing"))]
+    {
+        (future.await, Io::default())
+    }
 }
 
 /// The span of one operation: a store call, a turn or a harness save. Zero-sized without
@@ -321,9 +377,13 @@ impl OpSpan {
         future: impl Future<Output = Result<T>> + 'a,
     ) -> impl Future<Output = Result<T>> + 'a {
         use tracing::Instrument;
-        let instrumented = future.instrument(self.span.clone());
+        let instrumented = counting(future).instrument(self.span.clone());
         async move {
-            let result = instrumented.await;
+            let (result, io) = instrumented.await;
+            if self.counts_io {
+                self.record_bytes_read(io.read);
+                self.record_bytes_written(io.written);
+            }
             self.finish(&result);
             result
         }

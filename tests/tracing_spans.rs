@@ -600,14 +600,29 @@ fn postgres_store_spans_name_the_store_in_both_faces() {
     assert_eq!(save.len(), 1, "{spans:?}");
     assert_eq!(save[0].field("agent_session.store"), Some("postgres"));
     assert_eq!(save[0].number("agent_session.revision"), Some(1));
+    // What was sent to the server: the snapshot and its summary, so more than the
+    // marker-laden user message alone.
+    assert!(
+        save[0]
+            .number("agent_session.bytes_written")
+            .is_some_and(|n| n > 100),
+        "{:?}",
+        save[0]
+    );
     assert_ok(save[0]);
     let loads = store_spans(&spans, "load", &id);
     assert_eq!(loads.len(), 2, "async and sync: {spans:?}");
+    let mut read = Vec::new();
     for load in loads {
         assert_eq!(load.field("agent_session.store"), Some("postgres"));
         assert_eq!(load.number("agent_session.revision"), Some(1));
+        read.push(load.number("agent_session.bytes_read"));
         assert_ok(load);
     }
+    // Both faces count the same row: on the caller's runtime (async) and on the store's
+    // own runtime, handed over to the calling thread (sync).
+    assert!(read[0].is_some_and(|n| n > 100), "{read:?}");
+    assert_eq!(read[0], read[1], "{read:?}");
     let missed = store_spans(&spans, "load", &missing);
     assert_eq!(missed.len(), 1, "{spans:?}");
     assert_eq!(missed[0].field("error.type"), Some("not_found"));

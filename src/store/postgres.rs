@@ -828,8 +828,13 @@ impl PostgresSessionStore {
             Executor::Caller(_) => return future.await,
             Executor::Private(runtime) => runtime.as_ref().ok_or_else(stopped)?,
         };
-        match runtime.spawn(future).await {
-            Ok(outcome) => outcome,
+        // The bytes the task moves are counted on the runtime's threads, and handed to the
+        // caller's operation here.
+        match runtime.spawn(telemetry::counting(future)).await {
+            Ok((outcome, io)) => {
+                io.hand_over();
+                outcome
+            }
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => Err(stopped()),
         }
@@ -862,11 +867,14 @@ impl PostgresSessionStore {
             }
         };
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        let future = work(Arc::clone(&self.inner));
+        let future = telemetry::counting(work(Arc::clone(&self.inner)));
         runtime.spawn(async move {
             let _ = sender.send(future.await);
         });
-        receiver.recv().map_err(|_| stopped())?
+        let (outcome, io) = receiver.recv().map_err(|_| stopped())?;
+        // Counted on the runtime's threads; this thread's operation reports them.
+        io.hand_over();
+        outcome
     }
 }
 
@@ -1197,6 +1205,7 @@ impl Inner {
         // (found through the primary key's index, whatever the history's length).
         let oldest = oldest.map(|r| revision_column(&id, r)).transpose()?;
         let entry_len = to_i64(entry.len() as u64);
+        let sent = (entry.len() + summary.len()) as u64;
         let limit = to_i64(self.max_snapshot_bytes);
         let summary = summary.to_owned();
         let entry = entry.to_vec();
@@ -1244,6 +1253,7 @@ impl Inner {
                 .await
                 .map_err(|e| backend("append to a session", e))?;
             if appended == 1 {
+                telemetry::wrote(sent);
                 return Ok(Appended::Done(revision));
             }
             // Say why, from the row as it is now.
@@ -1371,6 +1381,9 @@ impl Inner {
             });
         };
         let formats: Vec<i16> = row.try_get(5).map_err(column)?;
+        telemetry::read(entries.iter().fold(snapshot.len() as u64, |sum, e| {
+            sum.saturating_add(e.len() as u64)
+        }));
         Ok(StoredRows {
             revision: Revision::from_u64(u64::try_from(revision).unwrap_or(0)),
             snapshot,
@@ -1451,6 +1464,7 @@ impl Inner {
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
         let counts = state_counts(snapshot.counts());
+        let sent = (bytes.len() + summary.len()) as u64;
         let query = self.with_client(move |mut client, schema| async move {
             let key = id.as_str();
             let written = if expected == Revision::NEW {
@@ -1510,6 +1524,7 @@ impl Inner {
                 written
             };
             if written == 1 {
+                telemetry::wrote(sent);
                 return Ok(None);
             }
             // Lost the compare-and-swap: say what is stored now.
