@@ -10,6 +10,11 @@ use crate::id::{LeaseHolder, SessionId};
 /// How long a lease lasts unless renewed, if the request does not say.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
+/// The shortest time to live a lease may be asked for: a shorter one would end before a
+/// heartbeat could renew it (stores refuse it with
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+pub const MIN_LEASE_TTL: Duration = Duration::from_millis(100);
+
 /// What a writer asks for when it takes a lease.
 ///
 /// # Examples
@@ -28,7 +33,8 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 pub struct LeaseRequest {
     /// Who asks.
     pub holder: LeaseHolder,
-    /// How long the lease lasts unless renewed ([`DEFAULT_LEASE_TTL`] unless set).
+    /// How long the lease lasts unless renewed ([`DEFAULT_LEASE_TTL`] unless set; at least
+    /// [`MIN_LEASE_TTL`]).
     pub ttl: Duration,
     /// Take the lease even if another holder's is live: that holder's later saves are
     /// fenced off. For a holder that is known to be gone or hung.
@@ -82,7 +88,7 @@ impl LeaseRequest {
 /// | store | a live lease is | ends when |
 /// |---|---|---|
 /// | [`MemorySessionStore`](crate::MemorySessionStore) | not released, not expired | released, or its time runs out |
-/// | [`FileSessionStore`](crate::FileSessionStore) | not released, not expired, and its holder's process alive | released, its time runs out, or the process ends (a `flock` on `<id>.lease`) |
+/// | [`FileSessionStore`](crate::FileSessionStore) | not released, not expired, and its holder's store object alive | released, its time runs out, or the store object or its process ends (a `flock` on `<id>.lease`) |
 ///
 /// A store that cannot lease (a custom store that does not implement the lease methods,
 /// `PostgresSessionStore` in this release) answers
@@ -96,8 +102,16 @@ impl LeaseRequest {
 /// renewed from a thread while the session is open and releases it when the session is
 /// dropped.
 ///
-/// Leases fence saves. The lifecycle operations (delete, archive, restore, trim, prune)
-/// are not fenced. A session's last lease outlives its deletion: while it is live nobody
+/// Leases fence saves. A store-level [`restore`](crate::SessionStore::restore) (a write
+/// made without a lease) is refused while a lease is live, like a save without one: a
+/// holder restores through its session
+/// ([`Harness::restore_session`](crate::Harness::restore_session)). The other lifecycle
+/// operations (delete, archive, trim, prune) are not fenced.
+///
+/// In the file store a lease is held by the store object that took it (or last renewed
+/// it): dropping that `FileSessionStore` ends the lease, as the end of its process does.
+/// Keep the store that leases for as long as the session is open (a
+/// [`Harness`](crate::Harness) does). A session's last lease outlives its deletion: while it is live nobody
 /// else saves a session under the id, and the epochs keep growing when the id is used
 /// again.
 ///

@@ -175,7 +175,7 @@ pub use engine::{BoxFuture, Completion, CompletionRequest, Engine, ToolDefinitio
 pub use error::{BoxError, Error, ErrorKind, Location, Result};
 pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{LeaseHolder, Revision, SessionId, MAX_ID_LEN};
-pub use lease::{Lease, LeaseRequest, DEFAULT_LEASE_TTL};
+pub use lease::{Lease, LeaseRequest, DEFAULT_LEASE_TTL, MIN_LEASE_TTL};
 pub use lifecycle::{
     AsyncSessionStoreExt, Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason,
     PruneReport, PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,

@@ -62,7 +62,9 @@ fn child_holds_a_lease() {
                 snapshot = next.with_revision(revision);
                 writeln!(out, "ok {revision}").expect("write");
             }
-            Err(e) => writeln!(out, "refused {:?} {e}", e.kind()).expect("write"),
+            // The variant, not only the kind (Leased and Fenced share it).
+            Err(e @ Error::Fenced { .. }) => writeln!(out, "refused fenced {e}").expect("write"),
+            Err(e) => writeln!(out, "refused other {e}").expect("write"),
         }
         out.flush().expect("flush");
     }
@@ -215,7 +217,7 @@ fn a_second_writer_is_refused_by_name_and_a_killed_holders_lease_ends_at_once() 
 #[test]
 fn a_stopped_holder_taken_over_past_its_expiry_never_writes_again() {
     const RUNS: usize = 100;
-    const TTL: Duration = Duration::from_millis(50);
+    const TTL: Duration = agent_session::MIN_LEASE_TTL;
     let dir = tempfile::tempdir().expect("temp dir");
     let store = FileSessionStore::open(dir.path()).expect("open");
     for run in 0..RUNS {
@@ -245,7 +247,7 @@ fn a_stopped_holder_taken_over_past_its_expiry_never_writes_again() {
         for n in 1..=3 {
             let answer = holder.save(n);
             assert!(
-                answer.starts_with("refused Leased"),
+                answer.starts_with("refused fenced"),
                 "run {run}: the old holder's save {n} must be fenced, got `{answer}`"
             );
         }
@@ -293,7 +295,8 @@ fn a_leased_session_keeps_its_lease_while_open_and_releases_it_when_dropped() {
 }
 
 fn check_heartbeat<F: Fn() -> Idle>(harness: &agent_session::Harness<F>) {
-    const TTL: Duration = Duration::from_millis(60);
+    // Renewed every 100 ms: a late renewal on a loaded machine does not let it lapse.
+    const TTL: Duration = Duration::from_millis(300);
     let mut session = harness
         .new_session(agent_session::SessionOptions::new("m"))
         .expect("new");

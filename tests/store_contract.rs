@@ -237,7 +237,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
     }
     let report = testing::contract(|| Minimal(MemorySessionStore::new()));
     println!("{report}");
-    assert_eq!(report.skipped.len(), 23, "{report}");
+    assert_eq!(report.skipped.len(), 24, "{report}");
     // Seven of them need a kept history: the required methods alone keep only the head.
     assert_eq!(
         report
@@ -262,7 +262,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
         .skipped
         .iter()
         .any(|s| s.case == "prune_by_count_keeps_the_newest"));
-    assert_eq!(report.passed.len() + report.skipped.len(), 52, "{report}");
+    assert_eq!(report.passed.len() + report.skipped.len(), 53, "{report}");
     let panicked = panic::catch_unwind(AssertUnwindSafe(|| report.assert_complete()));
     assert!(
         panicked.is_err(),

@@ -1184,7 +1184,9 @@ impl App {
             return Ok(());
         }
         let before = session.transcript().len();
-        let restored = match self.harness.store().restore(&id, revision) {
+        // Through the session, so the save is made under its lease (a store-level restore
+        // is refused while any lease, this one included, is live).
+        let restored = match self.harness.restore_session(session, revision) {
             Ok(restored) => restored,
             Err(e) => {
                 let mut message = chain(&e);
@@ -1198,13 +1200,15 @@ impl App {
                     );
                     return Err(format!("{message}\nnothing was restored").into());
                 }
-                eprintln!("error: {message}\nnothing was restored");
+                if session.has_unsaved_changes() {
+                    // The revision was applied here, and its save failed.
+                    eprintln!("error: {message}\nrevision {revision} is restored in this chat but not saved; the next turn saves it");
+                } else {
+                    eprintln!("error: {message}\nnothing was restored");
+                }
                 return Ok(());
             }
         };
-        // The session being replaced holds the lease: taken over from it (the old one's
-        // release, when it is dropped, then does nothing).
-        *session = self.resume(&id, true)?;
         println!(
             "restored revision {revision}: the view went from {before} to {} messages; saved as revision {restored}",
             session.transcript().len()

@@ -19,7 +19,7 @@ impl SessionSnapshot {
     ///
     /// ```
     /// use agent_session::{
-    ///     ErrorKind, LeaseHolder, LeaseRequest, MemorySessionStore, SessionId,
+    ///     Error, ErrorKind, LeaseHolder, LeaseRequest, MemorySessionStore, SessionId,
     ///     SessionSnapshot, SessionStore,
     /// };
     ///
@@ -33,6 +33,7 @@ impl SessionSnapshot {
     /// let new = LeaseRequest::new(LeaseHolder::this_process("new")).take_over(true);
     /// store.acquire_lease(&id, &new)?;
     /// let err = store.save(&loaded.with_lease(&old)).unwrap_err();
+    /// assert!(matches!(err, Error::Fenced { .. }));
     /// assert_eq!(err.kind(), ErrorKind::Leased);
     /// # Ok::<(), agent_session::Error>(())
     /// ```

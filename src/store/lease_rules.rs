@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::lease::{expiry, Lease, LeaseRequest};
+use crate::lease::{expiry, Lease, LeaseRequest, MIN_LEASE_TTL};
 use crate::snapshot::SessionSnapshot;
 
 /// What a store keeps of a session's lease: the last one taken, and whether it was
@@ -58,6 +58,19 @@ pub(crate) fn check_save(
     }
 }
 
+/// Whether a write made without a lease (a store-level
+/// [`restore`](crate::SessionStore::restore)) may go ahead: only while no lease is live.
+///
+/// # Errors
+///
+/// [`Error::Leased`] naming the holder.
+pub(crate) fn check_unleased_write(record: Option<&LeaseRecord>, live: bool) -> Result<()> {
+    match record {
+        Some(record) if live => Err(record.leased()),
+        _ => Ok(()),
+    }
+}
+
 /// The record of a lease taken on `id` by `request` at `now`, over the session's
 /// `record` (live or not, as `live` says).
 ///
@@ -71,6 +84,7 @@ pub(crate) fn acquire(
     live: bool,
     now: DateTime<Utc>,
 ) -> Result<LeaseRecord> {
+    check_ttl(request.ttl)?;
     if let Some(record) = record.filter(|_| live && !request.take_over) {
         return Err(record.leased());
     }
@@ -103,6 +117,7 @@ pub(crate) fn renew(
     ttl: Duration,
     now: DateTime<Utc>,
 ) -> Result<LeaseRecord> {
+    check_ttl(ttl)?;
     match record {
         Some(record) if record.lease.epoch == lease.epoch && !record.released => Ok(LeaseRecord {
             lease: Lease {
@@ -124,6 +139,20 @@ pub(crate) fn release(lease: &Lease, record: Option<&LeaseRecord>) -> Option<Lea
             lease: r.lease.clone(),
             released: true,
         })
+}
+
+/// A lease shorter than [`MIN_LEASE_TTL`] would end before a heartbeat could renew it.
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_LEASE_TTL {
+        return Err(Error::InvalidArgument {
+            reason: format!(
+                "a lease's time to live must be at least {} ms (asked for {} ms): a shorter one ends before it can be renewed",
+                MIN_LEASE_TTL.as_millis(),
+                ttl.as_millis()
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn fenced(id: &SessionId, epoch: u64, record: Option<&LeaseRecord>) -> Error {

@@ -313,9 +313,18 @@ impl SessionStore for MemorySessionStore {
         })
     }
 
+    /// Refused while a lease is live: a holder restores through its session.
     fn restore(&self, id: &SessionId, revision: Revision) -> Result<Revision> {
-        telemetry::store_op("restore", "memory", Some(id))
-            .run(|| self.with_stored(id, |stored| stored.restore(id, revision)))
+        telemetry::store_op("restore", "memory", Some(id)).run(|| {
+            self.with_stored(id, |stored| {
+                let leases = self.leases_held();
+                let lease = leases.get(id);
+                let live = lease.is_some_and(|l| l.is_live_at(Utc::now()));
+                lease_rules::check_unleased_write(lease, live)?;
+                drop(leases);
+                stored.restore(id, revision)
+            })
+        })
     }
 
     /// Its calls never wait for I/O (only for the store's lock, held for the call), so

@@ -350,13 +350,16 @@ pub trait SessionStore: Send + Sync {
     /// change), raises the epoch on every acquisition, refuses a save under an older epoch
     /// ([`Error::Fenced`]) and a save under none while a lease is live
     /// ([`Error::Leased`]), and keeps the epoch when the session is deleted (so a writer
-    /// fenced off stays fenced off when the id is used again). Leases fence saves; the
-    /// lifecycle operations (delete, archive, restore, trim) are not fenced.
+    /// fenced off stays fenced off when the id is used again). Leases fence saves; a
+    /// [`restore`](Self::restore) is refused while a lease is live; the other lifecycle
+    /// operations (delete, archive, trim) are not fenced.
     ///
     /// # Errors
     ///
     /// [`Error::NotFound`] if there is no such session; [`Error::Leased`], naming the
     /// holder, if another lease is live and `request` does not take over;
+    /// [`Error::InvalidArgument`] for a time to live under
+    /// [`MIN_LEASE_TTL`](crate::MIN_LEASE_TTL);
     /// [`Error::Unsupported`] from the default implementation, for stores that protect
     /// sessions by compare-and-swap only; storage errors otherwise.
     fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::support::{id, simple_snapshot};
-use crate::{Error, ErrorKind, LeaseHolder, LeaseRequest, Message, SessionStore};
+use crate::{Error, ErrorKind, LeaseHolder, LeaseRequest, Message, SessionStore, MIN_LEASE_TTL};
 
 fn request(label: &str) -> LeaseRequest {
     LeaseRequest::new(LeaseHolder::this_process(label)).ttl(Duration::from_secs(3600))
@@ -85,6 +85,13 @@ pub(super) fn a_taken_over_lease_fences_the_old_holder_even_at_the_current_revis
         loaded,
         "nothing was written"
     );
+    assert!(
+        matches!(
+            store.save(&loaded.clone().with_lease(&old)),
+            Err(Error::Fenced { .. })
+        ),
+        "even an unchanged snapshot under a taken-over lease is refused"
+    );
     assert_eq!(
         store
             .renew_lease(&old, Duration::from_secs(60))
@@ -143,9 +150,17 @@ pub(super) fn an_expired_lease_is_taken_without_take_over_and_fences_its_holder<
 ) {
     let snapshot = simple_snapshot("expiring", 1);
     store.save(&snapshot).expect("save");
-    let short = request("short").ttl(Duration::from_millis(1));
+    let too_short = request("short").ttl(MIN_LEASE_TTL / 2);
+    assert_eq!(
+        store
+            .acquire_lease(snapshot.id(), &too_short)
+            .expect_err("a lease that would end before it can be renewed")
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    let short = request("short").ttl(MIN_LEASE_TTL);
     let expired = store.acquire_lease(snapshot.id(), &short).expect("lease");
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(MIN_LEASE_TTL * 2);
     assert!(
         store.leases().expect("leases").is_empty(),
         "an expired lease is not listed"
@@ -155,12 +170,12 @@ pub(super) fn an_expired_lease_is_taken_without_take_over_and_fences_its_holder<
         .expect("an expired lease is taken without take_over");
     assert!(next.epoch > expired.epoch);
     let loaded = store.load(snapshot.id()).expect("load");
-    assert_eq!(
-        store
-            .save(&extended(&loaded, "late").with_lease(&expired))
-            .expect_err("the expired holder is fenced")
-            .kind(),
-        ErrorKind::Leased
+    assert!(
+        matches!(
+            store.save(&extended(&loaded, "late").with_lease(&expired)),
+            Err(Error::Fenced { .. })
+        ),
+        "the expired holder is fenced"
     );
 }
 
@@ -191,13 +206,66 @@ pub(super) fn epochs_keep_growing_when_the_id_is_used_again<S: SessionStore>(sto
         "epochs outlive the session's deletion"
     );
     let loaded = store.load(snapshot.id()).expect("load");
+    assert!(
+        matches!(
+            store.save(&extended(&loaded, "stale").with_lease(&old)),
+            Err(Error::Fenced { .. })
+        ),
+        "the old session's holder is fenced"
+    );
+}
+
+pub(super) fn a_released_lease_fences_its_saves_and_a_live_one_refuses_a_restore<
+    S: SessionStore,
+>(
+    store: &S,
+) {
+    let snapshot = simple_snapshot("released", 1);
+    store.save(&snapshot).expect("save");
+    let first = store.load(snapshot.id()).expect("load");
+    let second = extended(&first, "second");
+    store.save(&second).expect("a second revision");
+    let lease = store
+        .acquire_lease(snapshot.id(), &request("holder"))
+        .expect("lease");
+    let loaded = store.load(snapshot.id()).expect("load");
+    // A restore is a write made without a lease: refused while one is live, nothing
+    // written.
     assert_eq!(
         store
-            .save(&extended(&loaded, "stale").with_lease(&old))
-            .expect_err("the old session's holder")
+            .restore(snapshot.id(), first.revision())
+            .expect_err("a restore while the session is leased")
             .kind(),
         ErrorKind::Leased
     );
+    assert_eq!(store.load(snapshot.id()).expect("load"), loaded);
+    // An unchanged snapshot under the lease saves as usual; the holder's own change too.
+    store
+        .save(&loaded.clone().with_lease(&lease))
+        .expect("unchanged, under the lease");
+    let mine = extended(&loaded, "mine").with_lease(&lease);
+    let revision = store.save(&mine).expect("the holder saves");
+    store.release_lease(&lease).expect("release");
+    // After its release the lease fences what is still saved under it, even unchanged.
+    let after = store.load(snapshot.id()).expect("load");
+    assert_eq!(after.revision(), revision);
+    assert!(
+        matches!(
+            store.save(&after.clone().with_lease(&lease)),
+            Err(Error::Fenced { .. })
+        ),
+        "an unchanged save under a released lease"
+    );
+    assert!(
+        matches!(
+            store.save(&extended(&after, "late").with_lease(&lease)),
+            Err(Error::Fenced { .. })
+        ),
+        "a save under a released lease"
+    );
+    store
+        .restore(snapshot.id(), first.revision())
+        .expect("no lease is live: a restore goes ahead");
 }
 
 /// `loaded` with one more user message.

@@ -408,6 +408,10 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
         Leases,
         leases::epochs_keep_growing_when_the_id_is_used_again
     );
+    on_store!(
+        Leases,
+        leases::a_released_lease_fences_its_saves_and_a_live_one_refuses_a_restore
+    );
     run.report
 }
 

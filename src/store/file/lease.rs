@@ -203,6 +203,14 @@ impl FileSessionStore {
         lease_rules::check_save(snapshot, found.as_ref().map(|f| &f.record), live)
     }
 
+    /// Whether a write made without a lease (a restore) may go ahead. Under the write
+    /// lock.
+    pub(super) fn check_unleased_write(&self, id: &SessionId) -> Result<()> {
+        let found = self.read_lease(id)?;
+        let live = found.as_ref().is_some_and(Found::is_live);
+        lease_rules::check_unleased_write(found.as_ref().map(|f| &f.record), live)
+    }
+
     pub(super) fn acquire_lease_locked(
         &self,
         id: &SessionId,
@@ -237,14 +245,25 @@ impl FileSessionStore {
 
     pub(super) fn release_lease_locked(&self, lease: &Lease) -> Result<()> {
         let found = self.read_lease(&lease.session)?;
-        match lease_rules::release(lease, found.as_ref().map(|f| &f.record)) {
+        let released = match lease_rules::release(lease, found.as_ref().map(|f| &f.record)) {
             Some(released) => self.write_lease(&lease.session, &released, false),
             None => Ok(()),
+        };
+        // Whatever the record says, this store lets go of the lock if it holds this
+        // lease's file: a release whose record could not be written still ends the lease
+        // (the lock was what kept it live).
+        if released.is_err()
+            && found
+                .as_ref()
+                .is_some_and(|f| f.record.lease.epoch == lease.epoch)
+        {
+            self.held().remove(&lease.session);
         }
+        released
     }
 
-    /// The live leases, from every `<id>.lease` of a session that exists. Without the
-    /// write lock: a lease changing meanwhile is shown before or after the change.
+    /// The live leases, from every readable `<id>.lease` of a session that exists. Without
+    /// the write lock: a lease changing meanwhile is shown before or after the change.
     pub(super) fn live_leases(&self) -> Result<Vec<Lease>> {
         let mut leases = Vec::new();
         for name in self.names()? {
@@ -258,9 +277,13 @@ impl FileSessionStore {
             if self.fs.symlink_metadata(&self.path_of(&id)).is_err() {
                 continue;
             }
-            // A lease file removed between the listing and the read reads as none.
-            if let Some(found) = self.read_lease(&id)?.filter(Found::is_live) {
-                leases.push(found.record.lease);
+            // A lease file removed between the listing and the read reads as none; one
+            // that cannot be read (damaged, planted) is left out of the listing, which
+            // must not fail for it: the session's saves report it.
+            if let Ok(Some(found)) = self.read_lease(&id) {
+                if found.is_live() {
+                    leases.push(found.record.lease);
+                }
             }
         }
         leases.sort_by(|a, b| a.session.cmp(&b.session));

@@ -163,7 +163,8 @@ pub enum Durability {
 /// holder's process ends, whichever comes first: after a crash of the holder the next
 /// writer gets the session at once. Saves read the lease file under the write lock and
 /// refuse a save fenced by an older epoch ([`Error::Fenced`]) or made without a lease
-/// while one is live ([`Error::Leased`]). See [`Lease`](crate::Lease).
+/// while one is live ([`Error::Leased`]). The lock belongs to the store object that took
+/// or last renewed the lease: dropping it ends the lease. See [`Lease`](crate::Lease).
 ///
 /// # Lifecycle
 ///
@@ -606,6 +607,8 @@ impl SessionStore for FileSessionStore {
             {
                 let _lock = self.write_lock()?;
                 self.check_root()?;
+                // Refused while a lease is live, as the save of the way back below is.
+                self.check_unleased_write(id)?;
                 if let Some(new) = self.restore_by_appending(id, revision)? {
                     return Ok(new);
                 }

@@ -3288,14 +3288,15 @@ fn clean_restore_calls(hot: bool) -> Vec<(Op, &'static str)> {
 #[test]
 fn a_restore_in_a_store_that_knows_the_revisions_reads_nothing_but_the_base_header() {
     use Op::{OpenRead, OpenWrite, SetLen, SymlinkMetadata, SyncData, WriteAllAt};
-    // It checks the lock, the files' identities and the base's header, and appends the
-    // entry: no read of the journal, whatever its length, and no summary (the next
-    // listing reads the session).
+    // It checks the lock, that no lease is live, the files' identities and the base's
+    // header, and appends the entry: no read of the journal, whatever its length, and no
+    // summary (the next listing reads the session).
     assert_eq!(
         clean_restore_calls(true),
         [
             (SymlinkMetadata, "lock"),
             (SymlinkMetadata, "dir"),
+            (OpenRead, "lease"),
             (SymlinkMetadata, "base"),
             (SymlinkMetadata, "journal"),
             (OpenRead, "base"),
