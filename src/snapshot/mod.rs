@@ -18,6 +18,7 @@ mod log;
 mod record;
 mod redaction;
 mod restore;
+mod retry;
 mod rewind;
 mod trim;
 mod upgrade;

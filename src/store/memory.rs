@@ -90,6 +90,21 @@ impl Stored {
         }
     }
 
+    /// Whether the last change stored is the save of `snapshot` (made at the revision
+    /// before it): the same entry, or the same checkpoint for a save written whole.
+    fn holds_save_of(&self, snapshot: &SessionSnapshot) -> Result<bool> {
+        if self.revision != snapshot.revision().next() || self.created_at != snapshot.created_at() {
+            return Ok(false);
+        }
+        match self.entries.last() {
+            Some(entry) if entry.revision() == self.revision => {
+                snapshot.is_stored_as_entry(&entry.to_bytes(snapshot.id())?)
+            }
+            Some(_) => Ok(false),
+            None => snapshot.is_stored_as_checkpoint(&self.checkpoint.to_json()?),
+        }
+    }
+
     fn log(&self) -> LogSource<'static> {
         let mut log = LogSource::new(self.checkpoint.unshared());
         for entry in &self.entries {
@@ -214,11 +229,17 @@ impl SessionStore for MemorySessionStore {
             let live = lease.is_some_and(|l| l.is_live_at(Utc::now()));
             lease_rules::check_save(snapshot, lease, live)?;
             drop(leases);
-            check_revision(
+            if let Err(conflict) = check_revision(
                 snapshot.id(),
                 snapshot.revision(),
                 stored.as_ref().map(|s| s.revision),
-            )?;
+            ) {
+                // A save retried after its acknowledgement was lost gets its revision back.
+                return match stored {
+                    Some(stored) if stored.holds_save_of(snapshot)? => Ok(stored.revision),
+                    _ => Err(conflict),
+                };
+            }
             let revision = snapshot.revision().next();
             let Some(stored) = stored else {
                 // Refuse what the file store would refuse (a snapshot too deep to read back), so

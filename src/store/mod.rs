@@ -116,14 +116,25 @@ pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 256 * 1024 * 1024;
 /// let revision = store.save(&snapshot)?;
 /// assert_eq!(revision, Revision::from_u64(1));
 ///
-/// // Saving the same (now stale) snapshot again is a conflict.
-/// assert!(store.save(&snapshot).unwrap_err().is_conflict());
+/// // Another snapshot made at the same (now stale) revision is a conflict.
+/// let other = SessionSnapshot::builder(SessionId::parse("s1")?, "other-model").build()?;
+/// assert!(store.save(&other).unwrap_err().is_conflict());
 /// assert_eq!(store.load(snapshot.id())?.revision(), revision);
+///
+/// // The same snapshot again is a retry (its first acknowledgement may have been lost):
+/// // it gets its revision back, and nothing is stored twice.
+/// assert_eq!(store.save(&snapshot)?, revision);
 /// # Ok::<(), agent_session::Error>(())
 /// ```
 pub trait SessionStore: Send + Sync {
     /// Saves `snapshot` if the stored revision is still `snapshot.revision()`, and returns
     /// the new revision.
+    ///
+    /// A store may recognise a save retried after its acknowledgement was lost (its last
+    /// change is exactly what `snapshot` writes) and return the revision it was stored at
+    /// instead of a conflict, as [`MemorySessionStore`] and [`FileSessionStore`] do; a
+    /// store that does not answers [`Error::Conflict`], and the caller reloads and
+    /// compares.
     ///
     /// # Errors
     ///

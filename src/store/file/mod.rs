@@ -487,7 +487,17 @@ impl SessionStore for FileSessionStore {
             // its revision.
             self.check_lease(snapshot)?;
             let stored = self.stored_state(id, true)?;
-            check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
+            if let Err(conflict) =
+                check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))
+            {
+                // A save retried after its acknowledgement was lost gets its revision back.
+                return match stored {
+                    Some(stored) if self.holds_save_of(snapshot, &stored)? => {
+                        self.make_retry_durable(id, &stored)
+                    }
+                    _ => Err(conflict),
+                };
+            }
             let Some(stored) = stored else {
                 self.remove_orphan_marker(id)?;
                 return self.rewrite(snapshot, revision);

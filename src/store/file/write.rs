@@ -365,6 +365,83 @@ impl FileSessionStore {
         Ok(())
     }
 
+    /// Whether the last change `stored` holds is the save of `snapshot` (made at the
+    /// revision before it): the journal's last entry, or the base for a save written
+    /// whole, is exactly what saving `snapshot` writes. Under the write lock; reads the
+    /// journal (or the base) only when the revisions say it may be.
+    pub(super) fn holds_save_of(&self, snapshot: &SessionSnapshot, stored: &Known) -> Result<bool> {
+        let id = snapshot.id();
+        if stored.revision != snapshot.revision().next()
+            || stored.created_at != snapshot.created_at()
+            || !stored.verified
+        {
+            return Ok(false);
+        }
+        if stored.base_revision == stored.revision {
+            let Some((base, _)) =
+                self.read_checked(&self.path_of(id), self.max_snapshot_bytes, false)?
+            else {
+                return Ok(false);
+            };
+            return Ok(base == self.checkpoint_bytes(snapshot, stored.revision)?);
+        }
+        let Some(end) = stored.journal_end.and_then(|end| usize::try_from(end).ok()) else {
+            return Ok(false);
+        };
+        let Some((journal, _)) =
+            self.read_checked(&self.journal_path(id), self.max_snapshot_bytes, false)?
+        else {
+            return Ok(false);
+        };
+        let Some(intact) = journal.get(..end) else {
+            return Ok(false);
+        };
+        let frames = journal::split(intact)?;
+        // The header, then at least the entry at the stored revision.
+        match frames.frames.last() {
+            Some(&(at, _)) if frames.frames.len() >= 2 => {
+                snapshot.is_stored_as_entry(&intact[at..])
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Acknowledges a retried save that [`holds_save_of`](Self::holds_save_of) found
+    /// stored: first makes it durable (the first attempt may have failed at its fsync, or
+    /// been written by a process that crashed before it), so the retry never acknowledges
+    /// what a power loss could take back. Under the write lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotDurable`] if an fsync fails: the change is stored, as before.
+    pub(super) fn make_retry_durable(&self, id: &SessionId, stored: &Known) -> Result<Revision> {
+        if self.durable() {
+            let not_durable = |source| Error::NotDurable {
+                id: id.clone(),
+                revision: stored.revision,
+                dir: self.root.clone(),
+                source,
+            };
+            let path = if stored.base_revision == stored.revision {
+                self.path_of(id)
+            } else {
+                self.journal_path(id)
+            };
+            if let Some((file, _)) = self.open_checked(&path, false)? {
+                self.fs.sync_data(&file).map_err(not_durable)?;
+            }
+            self.fs.sync_dir(&self.root).map_err(not_durable)?;
+            self.remember(
+                id,
+                Known {
+                    dir_synced: true,
+                    ..stored.clone()
+                },
+            );
+        }
+        Ok(stored.revision)
+    }
+
     /// Writes `snapshot` as a new base at `revision` and empties the journal: the first
     /// save of a session, or one that replaces a stored state that does not load (whose
     /// history is lost with it). The log then starts at `revision`.
