@@ -53,12 +53,11 @@ pub(crate) fn check_save(
     match (snapshot.fence()?, record) {
         (Some(epoch), Some(record)) if record.lease.epoch == epoch && !record.released => Ok(()),
         (Some(epoch), record) => Err(fenced(snapshot.id(), epoch, record)),
-        (None, Some(record)) if live => Err(record.leased()),
-        (None, _) => Ok(()),
+        (None, record) => check_unleased_write(record, live),
     }
 }
 
-/// Whether a write made without a lease (a store-level
+/// Whether a write made without a lease (a save without one, a store-level
 /// [`restore`](crate::SessionStore::restore)) may go ahead: only while no lease is live.
 ///
 /// # Errors

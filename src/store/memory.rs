@@ -65,6 +65,15 @@ struct Stored {
     archived: bool,
 }
 
+/// The session's lease record in `leases`, if it has one, and whether it is live now.
+fn current_lease<'a>(
+    leases: &'a HashMap<SessionId, LeaseRecord>,
+    id: &SessionId,
+) -> (Option<&'a LeaseRecord>, bool) {
+    let record = leases.get(id);
+    (record, record.is_some_and(|r| r.is_live_at(Utc::now())))
+}
+
 impl Stored {
     fn new(snapshot: &SessionSnapshot, revision: Revision, archived: bool) -> Self {
         // Copies of their own, so the session that saved it extends its transcript without
@@ -93,7 +102,12 @@ impl Stored {
     /// Whether the last change stored is the save of `snapshot` (made at the revision
     /// before it): the same entry, or the same checkpoint for a save written whole.
     fn holds_save_of(&self, snapshot: &SessionSnapshot) -> Result<bool> {
-        if self.revision != snapshot.revision().next() || self.created_at != snapshot.created_at() {
+        // A competing change differs in its time or lengths: no encoding needed then.
+        if self.revision != snapshot.revision().next()
+            || self.created_at != snapshot.created_at()
+            || self.updated_at != snapshot.updated_at()
+            || self.counts != snapshot.counts()
+        {
             return Ok(false);
         }
         match self.entries.last() {
@@ -225,8 +239,7 @@ impl SessionStore for MemorySessionStore {
             // Before the revision: a writer whose lease was taken over is told so, whatever
             // its revision.
             let leases = self.leases_held();
-            let lease = leases.get(snapshot.id());
-            let live = lease.is_some_and(|l| l.is_live_at(Utc::now()));
+            let (lease, live) = current_lease(&leases, snapshot.id());
             lease_rules::check_save(snapshot, lease, live)?;
             drop(leases);
             if let Err(conflict) = check_revision(
@@ -339,8 +352,7 @@ impl SessionStore for MemorySessionStore {
         telemetry::store_op("restore", "memory", Some(id)).run(|| {
             self.with_stored(id, |stored| {
                 let leases = self.leases_held();
-                let lease = leases.get(id);
-                let live = lease.is_some_and(|l| l.is_live_at(Utc::now()));
+                let (lease, live) = current_lease(&leases, id);
                 lease_rules::check_unleased_write(lease, live)?;
                 drop(leases);
                 stored.restore(id, revision)
@@ -384,11 +396,9 @@ impl SessionStore for MemorySessionStore {
             if !sessions.contains_key(id) {
                 return Err(Error::NotFound { id: id.clone() });
             }
-            let now = Utc::now();
             let mut leases = self.leases_held();
-            let record = leases.get(id);
-            let live = record.is_some_and(|r| r.is_live_at(now));
-            let record = lease_rules::acquire(id, request, record, live, now)?;
+            let (record, live) = current_lease(&leases, id);
+            let record = lease_rules::acquire(id, request, record, live, Utc::now())?;
             let lease = record.lease.clone();
             leases.insert(id.clone(), record);
             Ok(lease)

@@ -1,6 +1,7 @@
 //! Atomic, durable replacement of one file: temp file in the same directory, write, fsync,
 //! rename over the target, fsync the directory.
 
+use std::fs::File;
 use std::io;
 use std::path::Path;
 
@@ -31,6 +32,21 @@ pub(crate) fn replace(
     bytes: &[u8],
     durable: bool,
 ) -> Result<(), ReplaceError> {
+    replace_keeping(fs, dir, target, temp_prefix, bytes, durable, |_, _| Ok(())).map(drop)
+}
+
+/// [`replace`], with `prepare` run on the new file (open, written and synced, under its
+/// temporary path) just before the rename, and the file returned still open: for a file
+/// whose lock must be held from the moment its name appears (a lease's).
+pub(crate) fn replace_keeping(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    target: &Path,
+    temp_prefix: &str,
+    bytes: &[u8],
+    durable: bool,
+    prepare: impl FnOnce(&File, &Path) -> Result<(), Error>,
+) -> Result<File, ReplaceError> {
     let (mut file, temp) = fs
         .create_temp(dir, temp_prefix)
         .map_err(|e| ReplaceError::Unchanged(Error::io("create a temporary file in", dir, e)))?;
@@ -42,8 +58,8 @@ pub(crate) fn replace(
         // Synced even when not `durable`: renamed unsynced over the only copy, the new
         // file could come back empty after a power cut on some file systems (XFS, ext4
         // with noauto_da_alloc), losing the whole session rather than its last saves.
-        .and_then(|()| fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e)));
-    drop(file);
+        .and_then(|()| fs.sync_file(&file).map_err(|e| Error::io("sync", &temp, e)))
+        .and_then(|()| prepare(&file, &temp));
     let renamed = written.and_then(|()| {
         fs.rename(&temp, target)
             .map_err(|e| Error::io("rename a temporary file onto", target, e))
@@ -56,5 +72,5 @@ pub(crate) fn replace(
     if durable {
         fs.sync_dir(dir).map_err(ReplaceError::NotDurable)?;
     }
-    Ok(())
+    Ok(file)
 }

@@ -19,6 +19,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::atomic::{self, ReplaceError};
+use super::private_dir::read_bytes;
 use super::FileSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{LeaseHolder, SessionId};
@@ -109,7 +111,21 @@ impl FileSessionStore {
     /// guessed at: remove it to end the lease); I/O errors.
     fn read_lease(&self, id: &SessionId) -> Result<Option<Found>> {
         let path = self.lease_path(id);
-        let Some((bytes, _)) = self.read_checked(&path, MAX_LEASE_BYTES, false)? else {
+        // The file read is the file probed: its bytes, and whether its holder still holds
+        // its lock (a shared lock is refused while any exclusive one is held, this
+        // process's own included).
+        let read = self.read_checked_with(&path, MAX_LEASE_BYTES, |file, meta| {
+            let bytes = read_bytes(file, meta, &path, MAX_LEASE_BYTES, false)?;
+            let locked = match file.try_lock_shared() {
+                Ok(()) => false,
+                Err(std::fs::TryLockError::WouldBlock) => true,
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io("check the lock of", &path, e))
+                }
+            };
+            Ok((bytes, locked))
+        })?;
+        let Some(((bytes, locked), _)) = read else {
             return Ok(None);
         };
         let damaged = |reason: String| {
@@ -132,19 +148,6 @@ impl FileSessionStore {
                 file.session
             )));
         }
-        // Whether the holder's process still holds its lock: a shared lock is refused
-        // while any exclusive one is held, this process's own included.
-        let locked = match self.open_checked(&path, false)? {
-            Some((probe, _)) => match probe.try_lock_shared() {
-                Ok(()) => false,
-                Err(std::fs::TryLockError::WouldBlock) => true,
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(Error::io("check the lock of", &path, e))
-                }
-            },
-            // Removed meanwhile (by hand): nobody holds it.
-            None => false,
-        };
         Ok(Some(Found {
             record: file.into_record(),
             locked,
@@ -159,33 +162,28 @@ impl FileSessionStore {
             id: id.clone(),
             source: e,
         })?;
-        let (mut file, temp) = self
-            .fs
-            .create_temp(&self.root, &format!(".{id}{LEASE_SUFFIX}."))
-            .map_err(|e| Error::io("create a temporary file in", &self.root, e))?;
-        let written = self
-            .fs
-            .write_all(&mut file, &bytes)
-            .and_then(|()| self.fs.sync_file(&file))
-            .map_err(|e| Error::io("write", &temp, e))
-            .and_then(|()| {
+        // Not made durable by a directory fsync: see the module docs.
+        let file = atomic::replace_keeping(
+            &*self.fs,
+            &self.root,
+            &path,
+            &format!(".{id}{LEASE_SUFFIX}."),
+            &bytes,
+            false,
+            |file, temp| {
                 if hold {
                     // A new file no one else has opened: the lock is free.
                     file.try_lock()
-                        .map_err(|e| Error::io("lock", &temp, io::Error::other(e.to_string())))
-                } else {
-                    Ok(())
+                        .map_err(|e| Error::io("lock", temp, io::Error::other(e.to_string())))?;
                 }
-            })
-            .and_then(|()| {
-                self.fs
-                    .rename(&temp, &path)
-                    .map_err(|e| Error::io("rename a temporary file onto", &path, e))
-            });
-        if let Err(e) = written {
-            let _ = self.fs.remove_file(&temp);
-            return Err(e);
-        }
+                Ok(())
+            },
+        )
+        .map_err(|e| match e {
+            ReplaceError::Unchanged(e) => e,
+            // Not durable is never asked for.
+            ReplaceError::NotDurable(e) => Error::io("sync", &self.root, e),
+        })?;
         let mut locks = self.held();
         if hold {
             locks.insert(id.clone(), file);
@@ -195,20 +193,29 @@ impl FileSessionStore {
         Ok(())
     }
 
+    /// The session's lease record, if it has one, and whether it is live.
+    fn current_lease(&self, id: &SessionId) -> Result<(Option<LeaseRecord>, bool)> {
+        Ok(match self.read_lease(id)? {
+            Some(found) => {
+                let live = found.is_live();
+                (Some(found.record), live)
+            }
+            None => (None, false),
+        })
+    }
+
     /// Whether `snapshot` may be saved as far as the session's lease goes. Under the write
     /// lock.
     pub(super) fn check_lease(&self, snapshot: &SessionSnapshot) -> Result<()> {
-        let found = self.read_lease(snapshot.id())?;
-        let live = found.as_ref().is_some_and(Found::is_live);
-        lease_rules::check_save(snapshot, found.as_ref().map(|f| &f.record), live)
+        let (record, live) = self.current_lease(snapshot.id())?;
+        lease_rules::check_save(snapshot, record.as_ref(), live)
     }
 
     /// Whether a write made without a lease (a restore) may go ahead. Under the write
     /// lock.
     pub(super) fn check_unleased_write(&self, id: &SessionId) -> Result<()> {
-        let found = self.read_lease(id)?;
-        let live = found.as_ref().is_some_and(Found::is_live);
-        lease_rules::check_unleased_write(found.as_ref().map(|f| &f.record), live)
+        let (record, live) = self.current_lease(id)?;
+        lease_rules::check_unleased_write(record.as_ref(), live)
     }
 
     pub(super) fn acquire_lease_locked(
@@ -223,40 +230,29 @@ impl FileSessionStore {
             }
             Err(e) => return Err(Error::io("inspect", &self.path_of(id), e)),
         }
-        let found = self.read_lease(id)?;
-        let live = found.as_ref().is_some_and(Found::is_live);
-        let record = lease_rules::acquire(
-            id,
-            request,
-            found.as_ref().map(|f| &f.record),
-            live,
-            Utc::now(),
-        )?;
+        let (record, live) = self.current_lease(id)?;
+        let record = lease_rules::acquire(id, request, record.as_ref(), live, Utc::now())?;
         self.write_lease(id, &record, true)?;
         Ok(record.lease)
     }
 
     pub(super) fn renew_lease_locked(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let found = self.read_lease(&lease.session)?;
-        let record = lease_rules::renew(lease, found.as_ref().map(|f| &f.record), ttl, Utc::now())?;
+        let (record, _) = self.current_lease(&lease.session)?;
+        let record = lease_rules::renew(lease, record.as_ref(), ttl, Utc::now())?;
         self.write_lease(&lease.session, &record, true)?;
         Ok(record.lease)
     }
 
     pub(super) fn release_lease_locked(&self, lease: &Lease) -> Result<()> {
-        let found = self.read_lease(&lease.session)?;
-        let released = match lease_rules::release(lease, found.as_ref().map(|f| &f.record)) {
+        let (record, _) = self.current_lease(&lease.session)?;
+        let released = match lease_rules::release(lease, record.as_ref()) {
             Some(released) => self.write_lease(&lease.session, &released, false),
             None => Ok(()),
         };
         // Whatever the record says, this store lets go of the lock if it holds this
         // lease's file: a release whose record could not be written still ends the lease
         // (the lock was what kept it live).
-        if released.is_err()
-            && found
-                .as_ref()
-                .is_some_and(|f| f.record.lease.epoch == lease.epoch)
-        {
+        if released.is_err() && record.is_some_and(|r| r.lease.epoch == lease.epoch) {
             self.held().remove(&lease.session);
         }
         released
@@ -280,10 +276,8 @@ impl FileSessionStore {
             // A lease file removed between the listing and the read reads as none; one
             // that cannot be read (damaged, planted) is left out of the listing, which
             // must not fail for it: the session's saves report it.
-            if let Ok(Some(found)) = self.read_lease(&id) {
-                if found.is_live() {
-                    leases.push(found.record.lease);
-                }
+            if let Ok((Some(record), true)) = self.current_lease(&id) {
+                leases.push(record.lease);
             }
         }
         leases.sort_by(|a, b| a.session.cmp(&b.session));

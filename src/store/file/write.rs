@@ -368,11 +368,15 @@ impl FileSessionStore {
     /// Whether the last change `stored` holds is the save of `snapshot` (made at the
     /// revision before it): the journal's last entry, or the base for a save written
     /// whole, is exactly what saving `snapshot` writes. Under the write lock; reads the
-    /// journal (or the base) only when the revisions say it may be.
+    /// journal (or the base) only when the revision, times and lengths say it may be.
     pub(super) fn holds_save_of(&self, snapshot: &SessionSnapshot, stored: &Known) -> Result<bool> {
         let id = snapshot.id();
+        // What the store knows of its head decides most cases without reading anything: a
+        // competing change differs in its time or lengths (both are in what it wrote).
         if stored.revision != snapshot.revision().next()
             || stored.created_at != snapshot.created_at()
+            || stored.updated_at != Some(snapshot.updated_at())
+            || stored.counts != Some(snapshot.counts())
             || !stored.verified
         {
             return Ok(false);
