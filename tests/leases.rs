@@ -108,18 +108,24 @@ impl Holder {
         Pid::from_raw(i32::try_from(self.child.id()).expect("a pid")).expect("a pid")
     }
 
-    /// The rest of the first line the child prints that starts with `prefix` (the test
-    /// harness prints lines of its own around the child's).
-    fn read_reply(&mut self, prefix: &str) -> String {
+    /// The first line the child prints that `wanted` accepts (the test harness prints
+    /// lines of its own around the child's), trimmed.
+    fn read_line_where(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
         let mut line = String::new();
         loop {
             line.clear();
             let read = self.stdout.read_line(&mut line).expect("read the child");
-            assert!(read > 0, "the child ended before it printed `{prefix}`");
-            if let Some(rest) = line.trim_end().strip_prefix(prefix) {
-                return rest.to_owned();
+            assert!(read > 0, "the child ended before it printed {what}");
+            if wanted(line.trim_end()) {
+                return line.trim_end().to_owned();
             }
         }
+    }
+
+    /// The rest of the first line the child prints that starts with `prefix`.
+    fn read_reply(&mut self, prefix: &str) -> String {
+        let line = self.read_line_where(prefix, |line| line.starts_with(prefix));
+        line[prefix.len()..].to_owned()
     }
 
     /// Asks the child to save turn `n`; its answer (`ok <revision>` or `refused ...`).
@@ -127,16 +133,9 @@ impl Holder {
         let stdin = self.stdin.as_mut().expect("the child's stdin");
         writeln!(stdin, "save {n}").expect("write to the child");
         stdin.flush().expect("flush");
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = self.stdout.read_line(&mut line).expect("read the child");
-            assert!(read > 0, "the child ended without answering");
-            let answer = line.trim_end();
-            if answer.starts_with("ok ") || answer.starts_with("refused ") {
-                return answer.to_owned();
-            }
-        }
+        self.read_line_where("an answer", |line| {
+            line.starts_with("ok ") || line.starts_with("refused ")
+        })
     }
 
     fn finish(mut self) {

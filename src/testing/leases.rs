@@ -85,12 +85,10 @@ pub(super) fn a_taken_over_lease_fences_the_old_holder_even_at_the_current_revis
         loaded,
         "nothing was written"
     );
-    assert!(
-        matches!(
-            store.save(&loaded.clone().with_lease(&old)),
-            Err(Error::Fenced { .. })
-        ),
-        "even an unchanged snapshot under a taken-over lease is refused"
+    assert_fenced(
+        store,
+        &loaded.clone().with_lease(&old),
+        "even an unchanged snapshot under a taken-over lease is refused",
     );
     assert_eq!(
         store
@@ -170,12 +168,10 @@ pub(super) fn an_expired_lease_is_taken_without_take_over_and_fences_its_holder<
         .expect("an expired lease is taken without take_over");
     assert!(next.epoch > expired.epoch);
     let loaded = store.load(snapshot.id()).expect("load");
-    assert!(
-        matches!(
-            store.save(&extended(&loaded, "late").with_lease(&expired)),
-            Err(Error::Fenced { .. })
-        ),
-        "the expired holder is fenced"
+    assert_fenced(
+        store,
+        &extended(&loaded, "late").with_lease(&expired),
+        "the expired holder is fenced",
     );
 }
 
@@ -206,12 +202,10 @@ pub(super) fn epochs_keep_growing_when_the_id_is_used_again<S: SessionStore>(sto
         "epochs outlive the session's deletion"
     );
     let loaded = store.load(snapshot.id()).expect("load");
-    assert!(
-        matches!(
-            store.save(&extended(&loaded, "stale").with_lease(&old)),
-            Err(Error::Fenced { .. })
-        ),
-        "the old session's holder is fenced"
+    assert_fenced(
+        store,
+        &extended(&loaded, "stale").with_lease(&old),
+        "the old session's holder is fenced",
     );
 }
 
@@ -249,23 +243,28 @@ pub(super) fn a_released_lease_fences_its_saves_and_a_live_one_refuses_a_restore
     // After its release the lease fences what is still saved under it, even unchanged.
     let after = store.load(snapshot.id()).expect("load");
     assert_eq!(after.revision(), revision);
-    assert!(
-        matches!(
-            store.save(&after.clone().with_lease(&lease)),
-            Err(Error::Fenced { .. })
-        ),
-        "an unchanged save under a released lease"
+    assert_fenced(
+        store,
+        &after.clone().with_lease(&lease),
+        "an unchanged save under a released lease",
     );
-    assert!(
-        matches!(
-            store.save(&extended(&after, "late").with_lease(&lease)),
-            Err(Error::Fenced { .. })
-        ),
-        "a save under a released lease"
+    assert_fenced(
+        store,
+        &extended(&after, "late").with_lease(&lease),
+        "a save under a released lease",
     );
     store
         .restore(snapshot.id(), first.revision())
         .expect("no lease is live: a restore goes ahead");
+}
+
+/// Saves `snapshot` and requires [`Error::Fenced`] (not only its kind, which
+/// [`Error::Leased`] shares), with `why` in the failure.
+fn assert_fenced<S: SessionStore>(store: &S, snapshot: &crate::SessionSnapshot, why: &str) {
+    match store.save(snapshot) {
+        Err(Error::Fenced { .. }) => {}
+        other => panic!("{why}: expected Error::Fenced, got {other:?}"),
+    }
 }
 
 /// `loaded` with one more user message.
