@@ -12,8 +12,6 @@ mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_tls;
 
 // For the links in the docs: the defaults' errors come from `head_only`.
 #[cfg(doc)]

@@ -29,7 +29,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::postgres::PostgresStoreBuilder;
+use super::PostgresStoreBuilder;
 use crate::error::{Error, Result};
 
 /// The trust roots a [`PostgresStoreBuilder`] was given: PEM certificates, given as bytes or

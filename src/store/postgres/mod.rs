@@ -12,8 +12,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 
-use super::postgres_tls::{self, TlsSettings};
-use super::{
+mod tls;
+
+use self::tls::TlsSettings;
+use crate::store::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
     Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
     DEFAULT_MAX_SNAPSHOT_BYTES,
@@ -246,8 +248,8 @@ pub struct PostgresStoreBuilder {
     pool_size: usize,
     connect_timeout: std::time::Duration,
     query_timeout: std::time::Duration,
-    /// The TLS trust roots (`postgres_tls.rs`, with their builder methods).
-    pub(super) tls: TlsSettings,
+    /// The TLS trust roots (`tls.rs`, with their builder methods).
+    tls: TlsSettings,
 }
 
 impl PostgresStoreBuilder {
@@ -419,8 +421,8 @@ impl PostgresStoreBuilder {
                 "-c statement_timeout={millis} -c lock_timeout={millis}"
             ));
         }
-        // Clear text for sslmode=disable, verified TLS otherwise (postgres_tls.rs).
-        postgres_tls::manager(
+        // Clear text for sslmode=disable, verified TLS otherwise (tls.rs).
+        tls::manager(
             pg_config,
             &self.tls,
             ManagerConfig {
@@ -650,7 +652,7 @@ fn backend(operation: &str, error: impl Into<BoxError>) -> Error {
     });
     let older_tables = code.is_some_and(|code| *code == SqlState::UNDEFINED_COLUMN);
     let unreachable = error.is::<deadpool_postgres::PoolError>();
-    let operation = if let Some(hint) = postgres_tls::certificate_hint(&*error) {
+    let operation = if let Some(hint) = tls::certificate_hint(&*error) {
         format!("{operation}: {hint}")
     } else if missing_tables {
         format!("{operation}: the store's tables do not exist; call PostgresSessionStore::migrate first")
