@@ -89,9 +89,10 @@ impl LeaseRequest {
 /// |---|---|---|
 /// | [`MemorySessionStore`](crate::MemorySessionStore) | not released, not expired | released, or its time runs out |
 /// | [`FileSessionStore`](crate::FileSessionStore) | not released, not expired, and its holder's store object alive | released, its time runs out, or the store object or its process ends (a `flock` on `<id>.lease`) |
+/// | `PostgresSessionStore` (feature `postgres`) | not released, not expired by the server's clock | released, or its time runs out on the server's clock (a killed holder's lease lasts until then) |
 ///
-/// A store that cannot lease (a custom store that does not implement the lease methods,
-/// `PostgresSessionStore` in this release) answers
+/// A store that cannot lease (a custom store that does not implement the lease methods)
+/// answers
 /// [`acquire_lease`](crate::SessionStore::acquire_lease) with
 /// [`Error::Unsupported`](crate::Error::Unsupported): it protects sessions by the
 /// compare-and-swap on revisions only.

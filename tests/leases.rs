@@ -1,21 +1,24 @@
-//! Leases across processes, on the file store (issue 17).
+//! Leases across processes, on the file store and (feature `postgres`) the PostgreSQL
+//! store (issue 17).
 //!
 //! The parent test starts this same test binary again to run only [`child_holds_a_lease`]:
-//! the child opens the store, takes a lease on a session, prints `leased <epoch>`, then
+//! the child opens the store (a directory, or a schema on the test server), takes a lease
+//! on a session, prints `leased <epoch>`, then
 //! saves a turn for every `save <n>` line it reads on stdin (under its lease) and answers
 //! `ok <revision>` or `refused <error kind>`. The parent then:
 //!
 //! - checks that a second writer (itself) is refused while the child holds the lease, and
 //!   that the refusal names the child's process; then kills the child with SIGKILL and
 //!   takes the lease at once: a file-store lease ends with its holder's process, not
-//!   after its time to live (one hour here);
+//!   after its time to live (one hour here). A PostgreSQL lease ends at its expiry by the
+//!   server's clock, never earlier: the next acquisition is refused until then, and is
+//!   stamped (by the server) no earlier than the killed holder's expiry;
 //! - stops the child with SIGSTOP past its lease's expiry, takes the session over, saves
 //!   turns of its own, resumes the child with SIGCONT and has it try to save: every one of
 //!   its saves must be refused, and the session's history must hold the parent's turns
 //!   and not one of the child's (run 100 times).
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
@@ -25,8 +28,75 @@ use agent_session::{
 };
 use rustix::process::{kill_process, Pid, Signal};
 
+#[cfg(feature = "postgres")]
+#[path = "common/postgres.rs"]
+mod postgres_support;
+
+/// Where the parent and its child keep the session: a directory, or a schema on the test
+/// server.
+enum Place {
+    Dir(tempfile::TempDir),
+    #[cfg(feature = "postgres")]
+    Schema {
+        name: String,
+        /// Dropped (with the schema) when the place is.
+        _schemas: postgres_support::Schemas,
+    },
+}
+
+impl Place {
+    fn dir() -> Self {
+        Place::Dir(tempfile::tempdir().expect("temp dir"))
+    }
+
+    /// A fresh schema, migrated.
+    #[cfg(feature = "postgres")]
+    fn schema() -> Self {
+        let schemas = postgres_support::Schemas::new();
+        let name = schemas.name();
+        postgres_support::connect(&name).migrate().expect("migrate");
+        Place::Schema {
+            name,
+            _schemas: schemas,
+        }
+    }
+
+    /// A store on the place: each call a store object of its own, as another process has.
+    fn store(&self) -> Box<dyn SessionStore> {
+        match self {
+            Place::Dir(dir) => Box::new(FileSessionStore::open(dir.path()).expect("open")),
+            #[cfg(feature = "postgres")]
+            Place::Schema { name, .. } => Box::new(postgres_support::connect(name)),
+        }
+    }
+
+    /// Tells a child where the place is.
+    fn pass_to(&self, command: &mut Command) {
+        match self {
+            Place::Dir(dir) => command.env(DIR_VAR, dir.path()),
+            #[cfg(feature = "postgres")]
+            Place::Schema { name, .. } => command.env(SCHEMA_VAR, name),
+        };
+    }
+
+    /// The store of the place a parent passed to this child, if it passed one.
+    fn store_in_child() -> Option<Box<dyn SessionStore>> {
+        if let Ok(dir) = std::env::var(DIR_VAR) {
+            return Some(Box::new(
+                FileSessionStore::open(dir).expect("open the store"),
+            ));
+        }
+        #[cfg(feature = "postgres")]
+        if let Ok(name) = std::env::var(SCHEMA_VAR) {
+            return Some(Box::new(postgres_support::connect(&name)));
+        }
+        None
+    }
+}
+
 const CHILD_TEST: &str = "child_holds_a_lease";
 const DIR_VAR: &str = "AGENT_SESSION_LEASE_DIR";
+const SCHEMA_VAR: &str = "AGENT_SESSION_LEASE_SCHEMA";
 const ID_VAR: &str = "AGENT_SESSION_LEASE_ID";
 const TTL_VAR: &str = "AGENT_SESSION_LEASE_TTL_MS";
 const CHILD_LABEL: &str = "child-holder";
@@ -35,14 +105,13 @@ const CHILD_LABEL: &str = "child-holder";
 #[test]
 #[ignore = "run by the lease tests in a child process"]
 fn child_holds_a_lease() {
-    let (Ok(dir), Ok(id), Ok(ttl)) = (
-        std::env::var(DIR_VAR),
+    let (Some(store), Ok(id), Ok(ttl)) = (
+        Place::store_in_child(),
         std::env::var(ID_VAR),
         std::env::var(TTL_VAR),
     ) else {
         return;
     };
-    let store = FileSessionStore::open(dir).expect("open the store");
     let id = SessionId::parse(&id).expect("id");
     let ttl = Duration::from_millis(ttl.parse().expect("ttl"));
     let request = LeaseRequest::new(LeaseHolder::this_process(CHILD_LABEL)).ttl(ttl);
@@ -79,12 +148,13 @@ struct Holder {
 }
 
 impl Holder {
-    fn start(dir: &Path, id: &SessionId, ttl: Duration) -> Self {
+    fn start(place: &Place, id: &SessionId, ttl: Duration) -> Self {
         let exe = std::env::current_exe().expect("the test binary");
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        place.pass_to(&mut command);
+        let mut child = command
             .args([CHILD_TEST, "--exact", "--include-ignored", "--nocapture"])
             .args(["--test-threads=1", "--quiet"])
-            .env(DIR_VAR, dir)
             .env(ID_VAR, id.as_str())
             .env(TTL_VAR, ttl.as_millis().to_string())
             .stdin(Stdio::piped())
@@ -153,7 +223,7 @@ fn with_turn(snapshot: &SessionSnapshot, text: &str) -> SessionSnapshot {
         .expect("a turn appended")
 }
 
-fn new_session(store: &FileSessionStore, name: &str) -> SessionId {
+fn new_session(store: &dyn SessionStore, name: &str) -> SessionId {
     let id = SessionId::parse(name).expect("id");
     let snapshot = SessionSnapshot::builder(id.clone(), "m")
         .transcript(vec![Message::user("first")])
@@ -169,10 +239,65 @@ fn request(label: &str) -> LeaseRequest {
 
 #[test]
 fn a_second_writer_is_refused_by_name_and_a_killed_holders_lease_ends_at_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = FileSessionStore::open(dir.path()).expect("open");
-    let id = new_session(&store, "two-writers");
-    let mut holder = Holder::start(dir.path(), &id, Duration::from_secs(3600));
+    let place = Place::dir();
+    let store = place.store();
+    let (id, holder) = refused_while_the_holder_lives(&place, &*store, Duration::from_secs(3600));
+    kill(holder);
+    // At once: the lease had an hour to run, and ended with its process.
+    let lease = store
+        .acquire_lease(&id, &request("parent"))
+        .expect("the killed holder's lease is gone");
+    the_new_holder_keeps_the_old_ones_turn(&*store, &id, &lease);
+}
+
+/// On PostgreSQL a killed holder's lease ends at its expiry by the server's clock: not
+/// earlier (the next acquisition is refused until then, and the server stamps the one that
+/// succeeds no earlier than the expiry), and not much later.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_killed_holders_postgres_lease_ends_at_its_expiry_by_the_servers_clock() {
+    // Long enough that the refusal right after the kill is never a race with the expiry.
+    const TTL: Duration = Duration::from_secs(5);
+    let place = Place::schema();
+    let store = place.store();
+    let (id, holder) = refused_while_the_holder_lives(&place, &*store, TTL);
+    let held = store.leases().expect("leases").remove(0);
+    let killed_epoch = holder.epoch;
+    kill(holder);
+    match store.acquire_lease(&id, &request("parent")) {
+        Err(Error::Leased { expires_at, .. }) => assert_eq!(expires_at, held.expires_at),
+        other => panic!("the killed holder's lease lasts until its expiry, got {other:?}"),
+    }
+    let mut tries = 0;
+    let lease = loop {
+        tries += 1;
+        match store.acquire_lease(&id, &request("parent")) {
+            Ok(lease) => break lease,
+            Err(Error::Leased { .. }) if tries < 400 => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("the lease must end at its expiry: {e}"),
+        }
+    };
+    assert!(
+        lease.acquired_at >= held.expires_at,
+        "taken at {} (server clock), before the killed holder's expiry at {}",
+        lease.acquired_at,
+        held.expires_at
+    );
+    assert!(lease.epoch > killed_epoch);
+    the_new_holder_keeps_the_old_ones_turn(&*store, &id, &lease);
+}
+
+/// A child holding a lease on a new session of `place` with `ttl`, after checking that a
+/// second writer (this process, through `store`) is refused by name while it lives.
+fn refused_while_the_holder_lives(
+    place: &Place,
+    store: &dyn SessionStore,
+    ttl: Duration,
+) -> (SessionId, Holder) {
+    let id = new_session(store, "two-writers");
+    let mut holder = Holder::start(place, &id, ttl);
     assert!(holder.save(1).starts_with("ok "), "the holder saves");
 
     match store.acquire_lease(&id, &request("parent")) {
@@ -194,34 +319,49 @@ fn a_second_writer_is_refused_by_name_and_a_killed_holders_lease_ends_at_once() 
             .kind(),
         ErrorKind::Leased
     );
+    (id, holder)
+}
 
+fn kill(mut holder: Holder) {
     holder.child.kill().expect("SIGKILL the holder");
     holder.child.wait().expect("reap the holder");
-    // At once: the lease had an hour to run, and ended with its process.
-    let lease = store
-        .acquire_lease(&id, &request("parent"))
-        .expect("the killed holder's lease is gone");
-    assert!(lease.epoch > holder.epoch);
-    let loaded = store.load(&id).expect("load");
+}
+
+/// The killed holder's acknowledged turn is kept, and the new holder saves under `lease`.
+fn the_new_holder_keeps_the_old_ones_turn(
+    store: &dyn SessionStore,
+    id: &SessionId,
+    lease: &agent_session::Lease,
+) {
+    let loaded = store.load(id).expect("load");
     assert_eq!(
         loaded.transcript().len(),
         2,
         "the holder's acknowledged turn is kept"
     );
     store
-        .save(&with_turn(&loaded, "parent").with_lease(&lease))
+        .save(&with_turn(&loaded, "parent").with_lease(lease))
         .expect("the new holder saves");
 }
 
 #[test]
 fn a_stopped_holder_taken_over_past_its_expiry_never_writes_again() {
+    stopped_holders_never_write_again(&Place::dir());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_stopped_postgres_holder_taken_over_past_its_expiry_never_writes_again() {
+    stopped_holders_never_write_again(&Place::schema());
+}
+
+fn stopped_holders_never_write_again(place: &Place) {
     const RUNS: usize = 100;
     const TTL: Duration = agent_session::MIN_LEASE_TTL;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = FileSessionStore::open(dir.path()).expect("open");
+    let store = place.store();
     for run in 0..RUNS {
-        let id = new_session(&store, &format!("stopped-{run}"));
-        let mut holder = Holder::start(dir.path(), &id, TTL);
+        let id = new_session(&*store, &format!("stopped-{run}"));
+        let mut holder = Holder::start(place, &id, TTL);
         assert!(
             holder.save(0).starts_with("ok "),
             "run {run}: the holder saves"
@@ -229,8 +369,8 @@ fn a_stopped_holder_taken_over_past_its_expiry_never_writes_again() {
 
         kill_process(holder.pid(), Signal::STOP).expect("SIGSTOP the holder");
         std::thread::sleep(TTL * 2);
-        // Past its expiry the lease is taken without take_over; the stopped process still
-        // holds its lock, so it is taken over all the same.
+        // Past its expiry the lease is taken without take_over (in the file store the
+        // stopped process still holds its lock, so it is taken over all the same).
         let lease = store
             .acquire_lease(&id, &request("new-holder"))
             .unwrap_or_else(|e| panic!("run {run}: the expired lease is taken: {e}"));
@@ -283,7 +423,7 @@ impl agent_session::Engine for Idle {
 
 /// The harness keeps the lease of a session it resumed for writing renewed while the
 /// session is open (long past its time to live), fences the session's saves by it, and
-/// releases it when the session is dropped; on both stores that lease.
+/// releases it when the session is dropped; on every store that leases.
 #[test]
 fn a_leased_session_keeps_its_lease_while_open_and_releases_it_when_dropped() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -291,6 +431,12 @@ fn a_leased_session_keeps_its_lease_while_open_and_releases_it_when_dropped() {
     check_heartbeat(&agent_session::Harness::builder(file, || Idle).build());
     let memory = agent_session::MemorySessionStore::new();
     check_heartbeat(&agent_session::Harness::builder(memory, || Idle).build());
+    #[cfg(feature = "postgres")]
+    {
+        let schemas = postgres_support::Schemas::new();
+        let postgres = schemas.store();
+        check_heartbeat(&agent_session::Harness::builder(postgres, || Idle).build());
+    }
 }
 
 fn check_heartbeat<F: Fn() -> Idle>(harness: &agent_session::Harness<F>) {

@@ -2035,7 +2035,7 @@ mod postgres_store {
     }
 
     /// Tables of version 1 (release 0.1: no `entries`, `journal_bytes` or `state_counts`):
-    /// before `migrate` a load says to call it; `migrate` brings them to version 2, and
+    /// before `migrate` a load says to call it; `migrate` brings them up to date, and
     /// their sessions load, save and then append.
     #[test]
     fn version_1_tables_are_upgraded_by_migrate_and_their_sessions_append() {
@@ -2049,7 +2049,9 @@ mod postgres_store {
             "DROP TABLE \"{schema}\".entries;
              ALTER TABLE \"{schema}\".sessions DROP COLUMN journal_bytes;
              ALTER TABLE \"{schema}\".sessions DROP COLUMN state_counts;
-             UPDATE \"{schema}\".store_version SET version = 1;"
+             {no_leases}
+             UPDATE \"{schema}\".store_version SET version = 1;",
+            no_leases = without_leases(&schema)
         ));
         let err = store.load(first.id()).expect_err("tables of version 1");
         assert!(matches!(err, Error::Backend { .. }), "{err:?}");
@@ -2070,7 +2072,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["3"]
+            ["4"]
         );
         let loaded = store.load(first.id()).expect("load after the upgrade");
         assert_eq!(loaded.transcript(), first.transcript());
@@ -2101,7 +2103,7 @@ mod postgres_store {
     }
 
     /// Tables of version 2 (before the log: entries hold records of journal format 1):
-    /// `migrate` brings them to version 3, their records load as log entries, and later
+    /// `migrate` brings them to the current version, their records load as log entries, and later
     /// saves append entries of the current format after them.
     #[test]
     fn version_2_tables_are_upgraded_by_migrate_and_their_records_stay_history() {
@@ -2125,12 +2127,14 @@ mod postgres_store {
         .to_string();
         pg::execute(&format!(
             "ALTER TABLE \"{schema}\".entries DROP COLUMN format;
+             {no_leases}
              UPDATE \"{schema}\".store_version SET version = 2;
              UPDATE \"{schema}\".sessions SET revision = 2, state_counts = '3,0,1',
                  updated_ns = {},
                  journal_bytes = {} WHERE id = 'from-v2';",
             next.updated_at().timestamp_nanos_opt().expect("nanos"),
-            record.len()
+            record.len(),
+            no_leases = without_leases(&schema)
         ));
         pg::execute_with(
             &format!(
@@ -2159,5 +2163,69 @@ mod postgres_store {
             "SELECT format::text FROM \"{schema}\".entries ORDER BY revision"
         ));
         assert_eq!(formats, ["1", "2"]);
+    }
+
+    /// What tables of version 3 lack: the lease table and the row's copy of the lease.
+    fn without_leases(schema: &str) -> String {
+        format!(
+            "DROP TABLE \"{schema}\".leases;
+             ALTER TABLE \"{schema}\".sessions DROP COLUMN lease_epoch;
+             ALTER TABLE \"{schema}\".sessions DROP COLUMN lease_until_ns;"
+        )
+    }
+
+    /// Tables of version 3 (before leases): their sessions load, a save says to call
+    /// `migrate` (and writes nothing), and after it the sessions save, lease and are fenced.
+    #[test]
+    fn version_3_tables_are_upgraded_by_migrate_and_their_sessions_lease() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("from-v3", "first");
+        store.save(&first).expect("save");
+        pg::execute(&format!(
+            "{}
+             UPDATE \"{schema}\".store_version SET version = 3;",
+            without_leases(&schema)
+        ));
+        let loaded = store.load(first.id()).expect("a load needs no lease table");
+        let err = store
+            .save(&extended(loaded.clone(), 10))
+            .expect_err("a save on tables of version 3");
+        assert!(
+            err.to_string().contains("PostgresSessionStore::migrate"),
+            "{err}"
+        );
+        assert_eq!(
+            store.load(first.id()).expect("load"),
+            loaded,
+            "nothing written"
+        );
+
+        store.migrate().expect("upgrade");
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT version::text FROM \"{schema}\".store_version"
+            )),
+            ["4"]
+        );
+        let request = agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process(
+            "after the upgrade",
+        ));
+        let lease = store.acquire_lease(first.id(), &request).expect("lease");
+        assert_eq!(lease.epoch, 1);
+        let revision = store
+            .save(&extended(loaded.clone(), 10).with_lease(&lease))
+            .expect("the holder saves");
+        assert_eq!(revision, Revision::from_u64(2));
+        let taken = store
+            .acquire_lease(first.id(), &request.clone().take_over(true))
+            .expect("take over");
+        let stale = store.load(first.id()).expect("load");
+        assert!(matches!(
+            store.save(&extended(stale, 20).with_lease(&lease)),
+            Err(Error::Fenced { .. })
+        ));
+        store.release_lease(&taken).expect("release");
     }
 }

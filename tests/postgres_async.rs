@@ -26,9 +26,9 @@ mod postgres_async {
 
     use agent_session::testing;
     use agent_session::{
-        AsyncSessionStore, Error, History, ListCursor, ListScope, Message, PostgresSessionStore,
-        Result, Revision, RevisionInfo, SessionId, SessionList, SessionPage, SessionSnapshot,
-        SessionStore, SessionSummary,
+        AsyncSessionStore, Error, History, Lease, LeaseRequest, ListCursor, ListScope, Message,
+        PostgresSessionStore, Result, Revision, RevisionInfo, SessionId, SessionList, SessionPage,
+        SessionSnapshot, SessionStore, SessionSummary,
     };
     use chrono::{Duration, Utc};
     use tokio::task::JoinSet;
@@ -86,6 +86,18 @@ mod postgres_async {
         fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
             self.handle.block_on(self.store.trim_history(id, oldest))
         }
+        fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+            self.handle.block_on(self.store.acquire_lease(id, request))
+        }
+        fn renew_lease(&self, lease: &Lease, ttl: std::time::Duration) -> Result<Lease> {
+            self.handle.block_on(self.store.renew_lease(lease, ttl))
+        }
+        fn release_lease(&self, lease: &Lease) -> Result<()> {
+            self.handle.block_on(self.store.release_lease(lease))
+        }
+        fn leases(&self) -> Result<Vec<Lease>> {
+            self.handle.block_on(self.store.leases())
+        }
     }
 
     fn multi_thread_runtime() -> tokio::runtime::Runtime {
@@ -99,8 +111,7 @@ mod postgres_async {
     fn contract(make: impl Fn() -> BlockOn) {
         let report = testing::contract(make);
         println!("{report}");
-        // The PostgreSQL store protects sessions by compare-and-swap only in this release.
-        report.assert_complete_except(&[testing::LEASES]);
+        report.assert_complete();
     }
 
     /// Every case on a fresh schema, through the async calls of a store on the test's own

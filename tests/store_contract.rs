@@ -30,15 +30,6 @@ fn contract<S: SessionStore>(make: impl Fn() -> S) {
     report.assert_complete();
 }
 
-/// [`contract`] for a store that protects sessions by compare-and-swap only (the
-/// PostgreSQL store, in this release): every case but the lease cases must run.
-#[cfg(feature = "postgres")]
-fn contract_without_leases<S: SessionStore>(make: impl Fn() -> S) {
-    let report = testing::contract(make);
-    println!("{report}");
-    report.assert_complete_except(&[testing::LEASES]);
-}
-
 #[test]
 fn memory_store_meets_the_contract() {
     contract(MemorySessionStore::new);
@@ -79,14 +70,14 @@ fn arc_dyn_file_store_meets_the_contract() {
 #[test]
 fn postgres_store_meets_the_contract() {
     let schemas = postgres_support::Schemas::new();
-    contract_without_leases(|| schemas.store());
+    contract(|| schemas.store());
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn arc_dyn_postgres_store_meets_the_contract() {
     let schemas = postgres_support::Schemas::new();
-    contract_without_leases(|| -> Arc<dyn SessionStore> { Arc::new(schemas.store()) });
+    contract(|| -> Arc<dyn SessionStore> { Arc::new(schemas.store()) });
 }
 
 /// The snapshot's bytes round-trip exactly: the row holds what `to_json_with_revision`
@@ -237,7 +228,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
     }
     let report = testing::contract(|| Minimal(MemorySessionStore::new()));
     println!("{report}");
-    assert_eq!(report.skipped.len(), 24, "{report}");
+    assert_eq!(report.skipped.len(), 25, "{report}");
     // Seven of them need a kept history: the required methods alone keep only the head.
     assert_eq!(
         report
@@ -262,7 +253,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
         .skipped
         .iter()
         .any(|s| s.case == "prune_by_count_keeps_the_newest"));
-    assert_eq!(report.passed.len() + report.skipped.len(), 53, "{report}");
+    assert_eq!(report.passed.len() + report.skipped.len(), 54, "{report}");
     let panicked = panic::catch_unwind(AssertUnwindSafe(|| report.assert_complete()));
     assert!(
         panicked.is_err(),

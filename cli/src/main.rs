@@ -938,8 +938,8 @@ impl App {
     ///
     /// The session is opened for writing under a lease, so a second process resuming it
     /// is refused (naming this one) until this one ends, unless it takes it over
-    /// (`take_over`). A store that cannot lease (PostgreSQL, in this release) resumes it
-    /// without one: saves are then protected by compare-and-swap only.
+    /// (`take_over`). A store that cannot lease resumes it without one: saves are then
+    /// protected by compare-and-swap only.
     fn resume(&self, id: &SessionId, take_over: bool) -> Result<Session<AnyEngine>, Failure> {
         let request =
             LeaseRequest::new(LeaseHolder::this_process("agent-session")).take_over(take_over);

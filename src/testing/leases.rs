@@ -1,5 +1,6 @@
 //! Contract cases for leases (see [`Lease`](crate::Lease)): for stores that lease.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::support::{id, simple_snapshot};
@@ -256,6 +257,59 @@ pub(super) fn a_released_lease_fences_its_saves_and_a_live_one_refuses_a_restore
     store
         .restore(snapshot.id(), first.revision())
         .expect("no lease is live: a restore goes ahead");
+}
+
+/// Take-overs in the middle of the old holder's stream of saves: a save the old holder
+/// starts once the take-over has returned is fenced, and the new holder's first save, made
+/// from what it loaded after taking over, never conflicts with one of the old holder's.
+pub(super) fn a_take_over_amid_the_holders_saves_lets_none_through_after_it<S: SessionStore>(
+    store: &S,
+) {
+    const TAKE_OVERS: usize = 20;
+    let snapshot = simple_snapshot("contended", 1);
+    store.save(&snapshot).expect("save");
+    let id = snapshot.id();
+    let mut lease = store
+        .acquire_lease(id, &request("holder-0"))
+        .expect("lease");
+    for round in 1..=TAKE_OVERS {
+        let taken_over = AtomicBool::new(false);
+        let old = lease.clone();
+        lease = std::thread::scope(|scope| {
+            let holder = scope.spawn(|| -> usize {
+                let mut saved = 0;
+                loop {
+                    let current = store.load(id).expect("load");
+                    let started_after = taken_over.load(Ordering::SeqCst);
+                    match store.save(&extended(&current, "old holder").with_lease(&old)) {
+                        Ok(_) => {
+                            assert!(
+                                !started_after,
+                                "round {round}: a save started after the take-over went through"
+                            );
+                            saved += 1;
+                        }
+                        Err(Error::Fenced { .. }) => return saved,
+                        Err(Error::Conflict { .. }) => {}
+                        Err(e) => panic!("round {round}: the old holder's save failed: {e}"),
+                    }
+                }
+            });
+            std::thread::sleep(Duration::from_millis(2));
+            let new = store
+                .acquire_lease(id, &request("new holder").take_over(true))
+                .expect("take over");
+            taken_over.store(true, Ordering::SeqCst);
+            let loaded = store.load(id).expect("load");
+            store
+                .save(&extended(&loaded, "new holder").with_lease(&new))
+                .unwrap_or_else(|e| {
+                    panic!("round {round}: the new holder's first save met an old holder's: {e}")
+                });
+            holder.join().expect("the old holder");
+            new
+        });
+    }
 }
 
 /// Saves `snapshot` and requires [`Error::Fenced`] (not only its kind, which

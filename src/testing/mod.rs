@@ -412,6 +412,10 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
         Leases,
         leases::a_released_lease_fences_its_saves_and_a_live_one_refuses_a_restore
     );
+    on_store!(
+        Leases,
+        leases::a_take_over_amid_the_holders_saves_lets_none_through_after_it
+    );
     run.report
 }
 

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -12,23 +13,27 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 
+mod lease;
 mod tls;
 
+use self::lease::{LEASE_COLUMNS, NOW_NS};
 use self::tls::TlsSettings;
+use crate::clock;
+use crate::error::{BoxError, Error, Location, Result};
+use crate::id::SessionId;
+use crate::json::ObjectOnly;
+use crate::lease::{Lease, LeaseRequest};
+use crate::snapshot::{
+    counts_after, decode_head, decode_record, entry_of_record, intact_frame, split_entry, Counts,
+    EntryKind, History, HistoryStats, Lineage, LogSource, RevisionInfo, SessionSnapshot,
+};
+use crate::store::lease_rules::{self, LeaseRecord};
+use crate::store::AsyncSessionStore;
 use crate::store::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
     Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
     DEFAULT_MAX_SNAPSHOT_BYTES,
 };
-use crate::clock;
-use crate::error::{BoxError, Error, Location, Result};
-use crate::id::SessionId;
-use crate::json::ObjectOnly;
-use crate::snapshot::{
-    counts_after, decode_head, decode_record, entry_of_record, intact_frame, split_entry, Counts,
-    EntryKind, History, HistoryStats, Lineage, LogSource, RevisionInfo, SessionSnapshot,
-};
-use crate::store::AsyncSessionStore;
 use crate::telemetry;
 use crate::usage::Cost;
 
@@ -36,7 +41,7 @@ use crate::usage::Cost;
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
-const TABLES_VERSION: i32 = 3;
+const TABLES_VERSION: i32 = 4;
 
 /// The `format` of an entry row holding a log entry (its head and body frames); rows of
 /// tables before version 3 hold journal records of format 1.
@@ -87,6 +92,11 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 ///   cheaper).
 /// - Archive state is a column; [`delete_if_unchanged`](SessionStore::delete_if_unchanged)
 ///   is one `DELETE … WHERE` on revision, creation time and archive state.
+/// - Leases ([`acquire_lease`](SessionStore::acquire_lease)) live in `<schema>.leases`
+///   and expire by the server's clock. A save checks its lease in the same statement as
+///   its revision, so a holder taken over is refused ([`Error::Fenced`]) even at a
+///   matching revision, and a save retried after its reply was lost (a timeout, a dropped
+///   connection) gets the revision it was stored at back instead of a conflict.
 ///
 /// # Connections and threads
 ///
@@ -498,6 +508,50 @@ enum Appended {
     Trimmed,
 }
 
+/// What a write that may have missed its compare-and-swap found: the outcome by the row,
+/// the session's lease and the server's time, and the stored form of the state one
+/// revision ahead where it may be this very write, retried.
+struct Missed {
+    outcome: Appended,
+    lease: Option<LeaseRecord>,
+    now: DateTime<Utc>,
+    retried: Option<Vec<u8>>,
+}
+
+impl Missed {
+    /// A write that did not miss.
+    fn none(outcome: Appended) -> Self {
+        Missed {
+            outcome,
+            lease: None,
+            now: DateTime::<Utc>::MIN_UTC,
+            retried: None,
+        }
+    }
+
+    /// The outcome for `snapshot`: a refusal by its lease first (a fenced writer is told
+    /// so whatever its revision, as the other stores do), then its own write found one
+    /// revision ahead (`is_mine` on the stored form: the retry gets that revision back),
+    /// then what the row said.
+    fn decide(
+        self,
+        snapshot: &SessionSnapshot,
+        is_mine: impl FnOnce(&[u8]) -> Result<bool>,
+    ) -> Result<Appended> {
+        if let Appended::Done(_) = self.outcome {
+            return Ok(self.outcome);
+        }
+        let live = self.lease.as_ref().is_some_and(|r| r.is_live_at(self.now));
+        lease_rules::check_save(snapshot, self.lease.as_ref(), live)?;
+        if let Some(stored) = &self.retried {
+            if is_mine(stored)? {
+                return Ok(Appended::Done(snapshot.revision().next()));
+            }
+        }
+        Ok(self.outcome)
+    }
+}
+
 /// A row and its entries as read.
 struct StoredRows {
     revision: Revision,
@@ -732,7 +786,9 @@ async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str
              PRIMARY KEY (session_id, revision)
          );
          ALTER TABLE {schema}.entries
-             ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1;"
+             ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1;
+         {leases}",
+        leases = lease::create_tables(schema)
     ))
     .await
     .map_err(|e| backend("create the store's tables", e))?;
@@ -1122,8 +1178,11 @@ impl Inner {
                     &prepared(
                         &client,
                         &format!(
-                            "SELECT revision, created_ns, updated_ns FROM {schema}.sessions
-                             WHERE id = $1"
+                            "SELECT s.revision, s.created_ns, s.updated_ns,
+                                    {LEASE_COLUMNS}, {NOW_NS}
+                             FROM {schema}.sessions s
+                             LEFT JOIN {schema}.leases l ON l.session_id = s.id
+                             WHERE s.id = $1"
                         ),
                     )
                     .await?,
@@ -1131,19 +1190,26 @@ impl Inner {
                 )
                 .await
                 .map_err(|e| backend("read a session's revision", e))?
-                .map(|row| -> Result<(i64, i64, i64)> {
+                .map(|row| -> Result<_> {
                     let column = |e| backend("read a session's row", e);
                     Ok((
-                        row.try_get(0).map_err(column)?,
-                        row.try_get(1).map_err(column)?,
-                        row.try_get(2).map_err(column)?,
+                        row.try_get::<_, i64>(0).map_err(column)?,
+                        row.try_get::<_, i64>(1).map_err(column)?,
+                        row.try_get::<_, i64>(2).map_err(column)?,
+                        lease::record_at(&row, 3, &id)?,
+                        lease::now_at(&row, 10)?,
                     ))
                 })
                 .transpose()
         });
         let row = query.await?;
+        // Nothing is written, but a fenced writer is told so all the same.
+        if let Some((.., record, now)) = &row {
+            let live = record.as_ref().is_some_and(|r| r.is_live_at(*now));
+            lease_rules::check_save(snapshot, record.as_ref(), live)?;
+        }
         let stored = row
-            .map(|(revision, created_ns, updated_ns)| {
+            .map(|(revision, created_ns, updated_ns, ..)| {
                 let revision = u64::try_from(revision).map_err(|_| {
                     Error::inconsistent(format!("the row holds revision {revision}"))
                         .at(&self.location(snapshot.id()))
@@ -1202,6 +1268,7 @@ impl Inner {
             None => (None, None),
         };
         let counts_after = state_counts(snapshot.counts());
+        let fence = lease::fence_of(snapshot)?;
         // The oldest revision the log keeps, which `summary` counts from (a trim moves
         // it): the first entry's revision minus one, or the row's revision without entries
         // (found through the primary key's index, whatever the history's length).
@@ -1211,13 +1278,14 @@ impl Inner {
         let limit = to_i64(self.max_snapshot_bytes);
         let summary = summary.to_owned();
         let entry = entry.to_vec();
-        self.with_client(move |client, schema| async move {
-            let appended = client
-                .execute(
-                    &prepared(
-                        &client,
-                        &format!(
-                            "WITH moved AS (
+        let missed = self
+            .with_client(move |client, schema| async move {
+                let appended = client
+                    .execute(
+                        &prepared(
+                            &client,
+                            &format!(
+                                "WITH moved AS (
                                 UPDATE {schema}.sessions
                                    SET revision = $2, updated_ns = $3, summary = $4,
                                        journal_bytes = journal_bytes + $5::bigint,
@@ -1229,71 +1297,122 @@ impl Inner {
                                    AND ($14::bigint IS NULL OR $14 = COALESCE(
                                        (SELECT min(e.revision) - 1 FROM {schema}.entries e
                                         WHERE e.session_id = $1), revision))
+                                   AND {fenced}
                                 RETURNING id)
                              INSERT INTO {schema}.entries (session_id, revision, record, format)
-                             SELECT id, $2, $12, $13 FROM moved"
-                        ),
+                             SELECT id, $2, $12, $13 FROM moved",
+                                fenced = lease::row_allows(15)
+                            ),
+                        )
+                        .await?,
+                        &[
+                            &id.as_str(),
+                            &new,
+                            &updated,
+                            &summary,
+                            &entry_len,
+                            &old,
+                            &created,
+                            &stored_updated,
+                            &limit,
+                            &counts_after,
+                            &counts_before,
+                            &entry,
+                            &ENTRY_FORMAT,
+                            &oldest,
+                            &fence,
+                        ],
                     )
-                    .await?,
-                    &[
-                        &id.as_str(),
-                        &new,
-                        &updated,
-                        &summary,
-                        &entry_len,
-                        &old,
-                        &created,
-                        &stored_updated,
-                        &limit,
-                        &counts_after,
-                        &counts_before,
-                        &entry,
-                        &ENTRY_FORMAT,
-                        &oldest,
-                    ],
-                )
-                .await
-                .map_err(|e| backend("append to a session", e))?;
-            if appended == 1 {
-                telemetry::wrote(sent);
-                return Ok(Appended::Done(revision));
-            }
-            // Say why, from the row as it is now.
-            let row = client
-                .query_opt(
-                    &prepared(
-                        &client,
-                        &format!(
-                            "SELECT revision, created_ns, journal_bytes,
+                    .await
+                    .map_err(|e| backend("append to a session", e))?;
+                if appended == 1 {
+                    telemetry::wrote(sent);
+                    return Ok(Missed::none(Appended::Done(revision)));
+                }
+                // Say why, from the row and the lease as they are now.
+                let row = client
+                    .query_one(
+                        &prepared(
+                            &client,
+                            &format!(
+                                "SELECT s.revision, s.created_ns, s.journal_bytes,
                                 COALESCE((SELECT min(e.revision) - 1 FROM {schema}.entries e
-                                          WHERE e.session_id = $1), revision)
-                             FROM {schema}.sessions WHERE id = $1"
-                        ),
+                                          WHERE e.session_id = $1), s.revision),
+                                s.updated_ns, s.state_counts, {LEASE_COLUMNS}, {NOW_NS}
+                             FROM (SELECT 1) AS one
+                             LEFT JOIN {schema}.sessions s ON s.id = $1
+                             LEFT JOIN {schema}.leases l ON l.session_id = $1"
+                            ),
+                        )
+                        .await?,
+                        &[&id.as_str()],
                     )
-                    .await?,
-                    &[&id.as_str()],
-                )
-                .await
-                .map_err(|e| backend("read a session's revision", e))?;
-            let Some(row) = row else {
-                return Ok(Appended::Conflict(None));
-            };
-            let (found, found_created, bytes, found_oldest): (i64, i64, i64, i64) =
-                (row.get(0), row.get(1), row.get(2), row.get(3));
-            let found = Revision::from_u64(u64::try_from(found).unwrap_or(0));
-            Ok(if found != expected {
-                Appended::Conflict(Some(found))
-            } else if found_created != created {
-                Appended::OtherSession
-            } else if bytes.saturating_add(entry_len) > limit {
-                Appended::TooLarge(u64::try_from(bytes.saturating_add(entry_len)).unwrap_or(0))
-            } else if oldest.is_some_and(|oldest| oldest != found_oldest) {
-                Appended::Trimmed
-            } else {
-                Appended::NotDerived
+                    .await
+                    .map_err(|e| backend("read a session's revision", e))?;
+                let lease = lease::record_at(&row, 6, &id)?;
+                let now = lease::now_at(&row, 13)?;
+                let found: Option<i64> = row.get(0);
+                let Some(found) = found else {
+                    return Ok(Missed {
+                        outcome: Appended::Conflict(None),
+                        lease,
+                        now,
+                        retried: None,
+                    });
+                };
+                let (found_created, bytes, found_oldest, found_updated, found_counts): (
+                    i64,
+                    i64,
+                    i64,
+                    i64,
+                    String,
+                ) = (row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
+                let found = Revision::from_u64(u64::try_from(found).unwrap_or(0));
+                // One revision ahead, with this save's time and lengths: perhaps this very
+                // save, retried after its acknowledgement was lost. Its entry says.
+                let retried = if found == revision
+                    && found_created == created
+                    && found_updated == updated
+                    && found_counts == counts_after
+                {
+                    client
+                        .query_opt(
+                            &prepared(
+                                &client,
+                                &format!(
+                                    "SELECT record FROM {schema}.entries
+                                 WHERE session_id = $1 AND revision = $2 AND format = $3"
+                                ),
+                            )
+                            .await?,
+                            &[&id.as_str(), &new, &ENTRY_FORMAT],
+                        )
+                        .await
+                        .map_err(|e| backend("read a session's last entry", e))?
+                        .map(|row| row.get::<_, Vec<u8>>(0))
+                } else {
+                    None
+                };
+                let outcome = if found != expected {
+                    Appended::Conflict(Some(found))
+                } else if found_created != created {
+                    Appended::OtherSession
+                } else if bytes.saturating_add(entry_len) > limit {
+                    Appended::TooLarge(u64::try_from(bytes.saturating_add(entry_len)).unwrap_or(0))
+                } else if oldest.is_some_and(|oldest| oldest != found_oldest) {
+                    Appended::Trimmed
+                } else {
+                    Appended::NotDerived
+                };
+                Ok(Missed {
+                    outcome,
+                    lease,
+                    now,
+                    retried,
+                })
             })
-        })
-        .await
+            .await?;
+        missed.decide(snapshot, |stored| snapshot.is_stored_as_entry(stored))
     }
 
     /// The history stats in the stored summary of `id` (for a save that replaces the whole
@@ -1466,6 +1585,7 @@ impl Inner {
         let created = nanos(&id, snapshot.created_at())?;
         let updated = nanos(&id, snapshot.updated_at())?;
         let counts = state_counts(snapshot.counts());
+        let fence = lease::fence_of(snapshot)?;
         let sent = (bytes.len() + summary.len()) as u64;
         let query = self.with_client(move |mut client, schema| async move {
             let key = id.as_str();
@@ -1477,13 +1597,20 @@ impl Inner {
                             &format!(
                                 "INSERT INTO {schema}.sessions
                                  (id, revision, created_ns, updated_ns, summary, snapshot,
-                                  journal_bytes, state_counts)
-                             VALUES ($1, $2, $3, $4, $5, $6, 0, $7)
-                             ON CONFLICT (id) DO NOTHING"
+                                  journal_bytes, state_counts, lease_epoch, lease_until_ns)
+                             SELECT $1, $2, $3, $4, $5, $6, 0, $7, COALESCE(l.epoch, 0),
+                                    CASE WHEN l.released THEN NULL ELSE l.expires_ns END
+                             FROM (SELECT 1) AS one
+                             LEFT JOIN {schema}.leases l ON l.session_id = $1
+                             WHERE {allowed}
+                             ON CONFLICT (id) DO NOTHING",
+                                allowed = lease::record_allows(8)
                             ),
                         )
                         .await?,
-                        &[&key, &new, &created, &updated, &summary, &bytes, &counts],
+                        &[
+                            &key, &new, &created, &updated, &summary, &bytes, &counts, &fence,
+                        ],
                     )
                     .await
                     .map_err(|e| backend("save a session", e))?
@@ -1495,7 +1622,8 @@ impl Inner {
                          SET revision = $2, created_ns = $3, updated_ns = $4,
                              summary = $5, snapshot = $6, journal_bytes = 0,
                              state_counts = $8
-                         WHERE id = $1 AND revision = $7"
+                         WHERE id = $1 AND revision = $7 AND {allowed}",
+                        allowed = lease::row_allows(9)
                     ),
                 )
                 .await?;
@@ -1512,7 +1640,7 @@ impl Inner {
                     .execute(
                         &update,
                         &[
-                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts,
+                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts, &fence,
                         ],
                     )
                     .await
@@ -1527,30 +1655,49 @@ impl Inner {
             };
             if written == 1 {
                 telemetry::wrote(sent);
-                return Ok(None);
+                return Ok(Missed::none(Appended::Done(revision)));
             }
-            // Lost the compare-and-swap: say what is stored now.
-            let stored: Option<i64> = client
-                .query_opt(
+            // Missed: say why, from the row and the lease as they are now, with the row's
+            // snapshot where it may be this very save, retried.
+            let row = client
+                .query_one(
                     &prepared(
                         &client,
-                        &format!("SELECT revision FROM {schema}.sessions WHERE id = $1"),
+                        &format!(
+                            "SELECT s.revision,
+                                CASE WHEN s.revision = $2 AND s.created_ns = $3
+                                      AND s.updated_ns = $4 THEN s.snapshot END,
+                                {LEASE_COLUMNS}, {NOW_NS}
+                             FROM (SELECT 1) AS one
+                             LEFT JOIN {schema}.sessions s ON s.id = $1
+                             LEFT JOIN {schema}.leases l ON l.session_id = $1"
+                        ),
                     )
                     .await?,
-                    &[&key],
+                    &[&key, &new, &created, &updated],
                 )
                 .await
-                .map_err(|e| backend("read a session's revision", e))?
-                .map(|row| row.get(0));
-            Ok(Some(stored))
+                .map_err(|e| backend("read a session's revision", e))?;
+            let found: Option<i64> = row.get(0);
+            Ok(Missed {
+                outcome: Appended::Conflict(
+                    found.map(|r| Revision::from_u64(u64::try_from(r).unwrap_or(0))),
+                ),
+                retried: row.get(1),
+                lease: lease::record_at(&row, 2, &id)?,
+                now: lease::now_at(&row, 9)?,
+            })
         });
-        let found = query.await?;
-        match found {
-            None => Ok(revision),
-            Some(stored) => Err(Error::Conflict {
+        let missed = query.await?;
+        match missed.decide(snapshot, |stored| snapshot.is_stored_as_checkpoint(stored))? {
+            Appended::Done(revision) => Ok(revision),
+            outcome => Err(Error::Conflict {
                 id: snapshot.id().clone(),
                 expected,
-                found: stored.map(|r| Revision::from_u64(u64::try_from(r).unwrap_or(0))),
+                found: match outcome {
+                    Appended::Conflict(found) => found,
+                    _ => Some(expected),
+                },
             }),
         }
     }
@@ -1584,10 +1731,14 @@ impl Inner {
                 size_bytes,
                 limit_bytes: self.max_snapshot_bytes,
             }),
-            Appended::NotDerived | Appended::Trimmed => Err(Error::inconsistent(
-                "the session's row matched the revision and creation time, but the append was refused",
-            )
-            .at(&self.location(id))),
+            // The row matched everything a moment after the append missed it: something
+            // changed while the save ran (the session's lease, or a trim of its history).
+            // A conflict: load the session and save again.
+            Appended::NotDerived | Appended::Trimmed => Err(Error::Conflict {
+                id: id.clone(),
+                expected: snapshot.revision(),
+                found: Some(snapshot.revision()),
+            }),
         }
     }
 
@@ -1969,6 +2120,22 @@ impl AsyncSessionStore for Inner {
         let row = size.ok_or_else(|| Error::NotFound { id: id.clone() })?;
         Ok(Some(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
     }
+
+    async fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        self.acquire(id, request).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.renew(lease, ttl).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.release(lease).await
+    }
+
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        self.live_leases().await
+    }
 }
 
 /// The synchronous face: each call is the async operation, spawned onto the store's
@@ -2058,6 +2225,37 @@ impl SessionStore for PostgresSessionStore {
         let id = id.clone();
         telemetry::store_op("trim_history", "postgres", Some(&id))
             .run(|| self.run(|s| async move { s.trim_history(&id, oldest).await }))
+    }
+
+    /// Leases expire by the server's clock (`clock_timestamp()`), never a client's: a
+    /// killed holder's lease ends when its time to live has passed on the server, so a
+    /// holder should renew well before (the harness's keeper renews every third of it).
+    /// Every lease change locks the session's row, and a save checks the lease in the
+    /// same statement as its revision.
+    fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        let id = id.clone();
+        let request = request.clone();
+        telemetry::store_op("acquire_lease", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.acquire(&id, &request).await }))
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let id = lease.session.clone();
+        let lease = lease.clone();
+        telemetry::store_op("renew_lease", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.renew(&lease, ttl).await }))
+    }
+
+    fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let id = lease.session.clone();
+        let lease = lease.clone();
+        telemetry::store_op("release_lease", "postgres", Some(&id))
+            .run(|| self.run(|s| async move { s.release(&lease).await }))
+    }
+
+    fn leases(&self) -> Result<Vec<Lease>> {
+        telemetry::store_op("leases", "postgres", None)
+            .run(|| self.run(|s| async move { s.live_leases().await }))
     }
 
     /// The store itself: its async calls await the pool directly (see
@@ -2165,6 +2363,36 @@ impl AsyncSessionStore for PostgresSessionStore {
         let id = id.clone();
         telemetry::store_op("trim_history", "postgres", Some(&id))
             .run_async(self.call(|s| async move { s.trim_history(&id, oldest).await }))
+            .await
+    }
+
+    async fn acquire_lease(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
+        let id = id.clone();
+        let request = request.clone();
+        telemetry::store_op("acquire_lease", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.acquire(&id, &request).await }))
+            .await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let id = lease.session.clone();
+        let lease = lease.clone();
+        telemetry::store_op("renew_lease", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.renew(&lease, ttl).await }))
+            .await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let id = lease.session.clone();
+        let lease = lease.clone();
+        telemetry::store_op("release_lease", "postgres", Some(&id))
+            .run_async(self.call(|s| async move { s.release(&lease).await }))
+            .await
+    }
+
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        telemetry::store_op("leases", "postgres", None)
+            .run_async(self.call(|s| async move { s.live_leases().await }))
             .await
     }
 }
