@@ -4,14 +4,21 @@
 //! snapshot must give back the revision it got the first time, not a conflict, and the
 //! history must hold the change once; a different change made at the same stale revision
 //! must still conflict. Cases: random runs of turns, metadata edits and rewinds on the
-//! memory store (10,000 runs) and the file store (500), each save "losing" its
-//! acknowledgement at random and being retried once or twice.
+//! memory store (10,000 runs), the file store (500) and the PostgreSQL store (300, feature
+//! `postgres`), each save "losing" its acknowledgement at random and being retried once or
+//! twice; and on PostgreSQL, acknowledgements really lost: a proxy between the store and
+//! the server cuts the connection after the server committed a save and before its reply
+//! reaches the store.
 
 use agent_session::{
     ContentBlock, Durability, FileSessionStore, MemorySessionStore, Message, RewindTo, SessionId,
     SessionSnapshot, SessionStore,
 };
 use serde_json::json;
+
+#[cfg(feature = "postgres")]
+#[path = "common/postgres.rs"]
+mod postgres_support;
 
 /// A small deterministic generator (`SplitMix64`), so a failing run can be replayed.
 struct Rng(u64);
@@ -218,4 +225,196 @@ fn the_run_catches_a_store_that_answers_a_retry_with_a_conflict() {
         caught.is_err(),
         "a compare-and-swap-only store must fail the run"
     );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_retried_save_gets_its_revision_back_in_the_postgres_store() {
+    let schemas = postgres_support::Schemas::new();
+    let store = std::sync::Arc::new(schemas.store());
+    let (saves, retries) = run(|| std::sync::Arc::clone(&store), 300, 0x9057);
+    println!("PostgreSQL store: {saves} saves, {retries} retries, every one idempotent");
+}
+
+/// A save whose reply the connection loses after the server committed it: the store
+/// reports an error, the session is at the new revision all the same, and the retry (on a
+/// new connection) gets that revision back; the turn is in the history once.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_save_whose_reply_is_cut_off_is_retried_to_the_same_revision() {
+    use agent_session::PostgresSessionStore;
+    const CASES: usize = 20;
+    let schemas = postgres_support::Schemas::new();
+    let name = schemas.name();
+    let proxy = cut_proxy::CutProxy::start(&postgres_support::url());
+    // One connection, so the statement a save sends is the prepared one, cached.
+    let store = PostgresSessionStore::builder()
+        .schema(name.as_str())
+        .pool_size(1)
+        .connect(&proxy.url())
+        .expect("connect through the proxy");
+    store.migrate().expect("migrate");
+    let direct = postgres_support::connect(&name);
+    let id = SessionId::parse("cut-off").expect("id");
+    let first = SessionSnapshot::builder(id.clone(), "m")
+        .transcript(vec![Message::user("first")])
+        .build()
+        .expect("build");
+    store.save(&first).expect("first save");
+    let mut current = store.load(&id).expect("load");
+    // A turn saved normally first: the append statement is then prepared on the connection.
+    let warm = change(&current, 0, 2);
+    store.save(&warm).expect("save");
+    current = store.load(&id).expect("load");
+    for case in 1..=CASES {
+        let next = change(&current, case, 2);
+        proxy.cut_the_next_reply();
+        let lost = store
+            .save(&next)
+            .expect_err("the reply was cut off: the store cannot know the outcome");
+        assert!(proxy.cut_happened(), "case {case}: the proxy cut a reply");
+        assert_eq!(
+            direct.load(&id).expect("load").revision(),
+            current.revision().next(),
+            "case {case}: the server committed the save before its reply was lost ({lost})"
+        );
+        let revision = store
+            .save(&next)
+            .unwrap_or_else(|e| panic!("case {case}: the retry must get its revision back: {e}"));
+        assert_eq!(revision, current.revision().next(), "case {case}");
+        current = store.load(&id).expect("load");
+        assert_eq!(current.revision(), revision);
+    }
+    let texts: Vec<String> = current.transcript().iter().map(Message::text).collect();
+    for case in 1..=CASES {
+        let turn = format!("turn {case}");
+        assert_eq!(
+            texts.iter().filter(|t| **t == turn).count(),
+            1,
+            "{turn} once in the view"
+        );
+    }
+    assert_eq!(
+        store.revisions(&id).expect("revisions").len(),
+        CASES + 2,
+        "one revision per acknowledged change"
+    );
+}
+
+/// A TCP proxy to the test server that can cut the connection carrying the next reply.
+#[cfg(feature = "postgres")]
+mod cut_proxy {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Arc;
+
+    /// Not armed; armed (the next request's reply is cut); a request went out while armed;
+    /// its reply was cut.
+    const IDLE: u8 = 0;
+    const ARMED: u8 = 1;
+    const SENT: u8 = 2;
+    const CUT: u8 = 3;
+
+    pub struct CutProxy {
+        port: u16,
+        server_url: String,
+        state: Arc<AtomicU8>,
+    }
+
+    impl CutProxy {
+        /// Listens on a free local port and forwards each connection to the server that
+        /// `url` (a libpq `key=value` string with `host` and `port`) names.
+        pub fn start(url: &str) -> Self {
+            let field = |key: &str| {
+                url.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key))
+                    .unwrap_or_else(|| panic!("the test server's URL has no {key}: {url}"))
+                    .to_owned()
+            };
+            let upstream = format!("{}:{}", field("host="), field("port="));
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+            let port = listener.local_addr().expect("the proxy's address").port();
+            let state = Arc::new(AtomicU8::new(IDLE));
+            let shared = Arc::clone(&state);
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    let Ok(client) = client else { return };
+                    let server = TcpStream::connect(&upstream).expect("reach the test server");
+                    pipe(client, server, Arc::clone(&shared));
+                }
+            });
+            CutProxy {
+                port,
+                server_url: url.to_owned(),
+                state,
+            }
+        }
+
+        /// The test server's URL with the proxy's port.
+        pub fn url(&self) -> String {
+            self.server_url
+                .split_whitespace()
+                .map(|kv| {
+                    if kv.starts_with("port=") {
+                        format!("port={}", self.port)
+                    } else if kv.starts_with("host=") {
+                        "host=127.0.0.1".to_owned()
+                    } else {
+                        kv.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+
+        /// The reply to the next request is swallowed and its connection closed.
+        pub fn cut_the_next_reply(&self) {
+            self.state.store(ARMED, Ordering::SeqCst);
+        }
+
+        /// Whether the last armed cut happened (and disarms).
+        pub fn cut_happened(&self) -> bool {
+            self.state.swap(IDLE, Ordering::SeqCst) == CUT
+        }
+    }
+
+    /// Forwards both ways between `client` and `server` until either side closes.
+    fn pipe(client: TcpStream, server: TcpStream, state: Arc<AtomicU8>) {
+        let (mut client_in, mut server_out) = (
+            client.try_clone().expect("clone"),
+            server.try_clone().expect("clone"),
+        );
+        let up_state = Arc::clone(&state);
+        std::thread::spawn(move || {
+            let mut buffer = vec![0; 64 * 1024];
+            while let Ok(n @ 1..) = client_in.read(&mut buffer) {
+                if server_out.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+                let _ = up_state.compare_exchange(ARMED, SENT, Ordering::SeqCst, Ordering::SeqCst);
+            }
+            let _ = server_out.shutdown(Shutdown::Both);
+        });
+        let (mut server_in, mut client_out) = (server, client);
+        std::thread::spawn(move || {
+            let mut buffer = vec![0; 64 * 1024];
+            while let Ok(n @ 1..) = server_in.read(&mut buffer) {
+                if state
+                    .compare_exchange(SENT, CUT, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    // The server has answered (and so committed) the request: the reply
+                    // never arrives.
+                    let _ = client_out.shutdown(Shutdown::Both);
+                    let _ = server_in.shutdown(Shutdown::Both);
+                    return;
+                }
+                if client_out.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = client_out.shutdown(Shutdown::Both);
+        });
+    }
 }
