@@ -24,6 +24,8 @@
 //! | keep API keys and tokens out of stored snapshots | [`PatternRedactor`] with [`HarnessBuilder::redactor`] |
 //! | branch a session, archive it, prune old ones | [`SessionStoreExt::fork`], [`SessionStore::set_archived`], [`SessionStoreExt::prune`] with a [`PrunePolicy`] |
 //! | move sessions to another machine or store | [`SessionStoreExt::export`] to a [`Bundle`], [`SessionStoreExt::import`] |
+//! | list sessions by model, time, parent or your own metadata keys; find the one where something was said | [`SessionStore::list_filtered`] with a [`ListFilter`] (keys declared with [`IndexedMetadata`]), [`SessionStore::search`] with a [`SearchQuery`] |
+//! | copy every session to another store (file, PostgreSQL), history included | [`copy_sessions`] with [`CopyOptions`] |
 //!
 //! # Quick start
 //!
@@ -177,6 +179,10 @@ pub use harness::{Autosave, Harness, HarnessBuilder};
 pub use id::{LeaseHolder, Revision, SessionId, MAX_ID_LEN};
 pub use lease::{Lease, LeaseRequest, DEFAULT_LEASE_TTL, MIN_LEASE_TTL};
 pub use lifecycle::{
+    copy_sessions, copy_sessions_async, CopyOptions, CopyOutcome, CopyReport, ExistingSessions,
+    SessionCopy,
+};
+pub use lifecycle::{
     AsyncSessionStoreExt, Bundle, HistoryRetention, ImportIds, Imported, PrunePolicy, PruneReason,
     PruneReport, PruneScope, Pruned, SessionStoreExt, TrimmedHistory, BUNDLE_VERSION,
 };
@@ -192,10 +198,11 @@ pub use snapshot::{
     SCHEMA_VERSION,
 };
 pub use store::{
-    check_page_limit, check_revision, check_stored_id, check_unchanged, AsyncSessionStore,
-    BlockingStore, Durability, FileSessionStore, FileStoreBuilder, ListCursor, ListScope,
-    MemorySessionStore, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
-    DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_revision, check_stored_id, check_unchanged, searchable_text,
+    AsyncSessionStore, BlockingStore, Durability, FileSessionStore, FileStoreBuilder,
+    IndexedMetadata, ListCursor, ListFilter, ListScope, MemorySessionStore, MessageHit, SearchPage,
+    SearchQuery, SessionHit, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
+    DEFAULT_MAX_SNAPSHOT_BYTES, MAX_INDEXED_KEYS, MAX_INDEXED_VALUE_BYTES, MAX_QUERY_WORDS,
 };
 pub use transcript::{
     Codec, ContentBlock, Message, Role, TextBlock, ToolArguments, ToolCall, ToolOutput, ToolResult,

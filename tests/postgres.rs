@@ -2072,7 +2072,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["4"]
+            ["5"]
         );
         let loaded = store.load(first.id()).expect("load after the upgrade");
         assert_eq!(loaded.transcript(), first.transcript());
@@ -2165,13 +2165,67 @@ mod postgres_store {
         assert_eq!(formats, ["1", "2"]);
     }
 
-    /// What tables of version 3 lack: the lease table and the row's copy of the lease.
+    /// What tables of version 3 lack: the lease table and the row's copy of the lease (and
+    /// what version 4 lacks).
     fn without_leases(schema: &str) -> String {
         format!(
             "DROP TABLE \"{schema}\".leases;
              ALTER TABLE \"{schema}\".sessions DROP COLUMN lease_epoch;
-             ALTER TABLE \"{schema}\".sessions DROP COLUMN lease_until_ns;"
+             ALTER TABLE \"{schema}\".sessions DROP COLUMN lease_until_ns;
+             {}",
+            without_words(schema)
         )
+    }
+
+    /// What tables of version 4 lack: the words search reads, and their indexes.
+    fn without_words(schema: &str) -> String {
+        format!(
+            "ALTER TABLE \"{schema}\".sessions DROP COLUMN words;
+             ALTER TABLE IF EXISTS \"{schema}\".entries DROP COLUMN words;"
+        )
+    }
+
+    /// Tables of version 4 (before search's words): after `migrate`, their sessions are
+    /// found by search all the same (rows without words are always read), and rows written
+    /// since carry their words.
+    #[test]
+    fn version_4_tables_are_upgraded_by_migrate_and_their_sessions_are_found() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("from-v4", "the lock bug");
+        store.save(&first).expect("save");
+        let loaded = store.load(first.id()).expect("load");
+        store.save(&extended(loaded, 10)).expect("append");
+        pg::execute(&format!(
+            "{}
+             UPDATE \"{schema}\".store_version SET version = 4;",
+            without_words(&schema)
+        ));
+        store.migrate().expect("upgrade");
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT count(*)::text FROM \"{schema}\".sessions WHERE words IS NULL"
+            )),
+            ["1"],
+            "rows of version 4 have no words"
+        );
+        let query = agent_session::SearchQuery::new("lock bug").expect("query");
+        let all = agent_session::ListFilter::new();
+        let found = store.search(&query, &all, 10, None).expect("search");
+        assert_eq!(found.hits.len(), 1, "found through its row without words");
+        assert_eq!(found.hits[0].messages[0].position, 0);
+
+        let other = snapshot("after-v4", "nothing to see");
+        store.save(&other).expect("save");
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT words FROM \"{schema}\".sessions WHERE id = 'after-v4'"
+            )),
+            ["nothing see to"]
+        );
+        let found = store.search(&query, &all, 10, None).expect("search");
+        assert_eq!(found.hits.len(), 1);
     }
 
     /// Tables of version 3 (before leases): their sessions load, a save says to call
@@ -2207,7 +2261,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["4"]
+            ["5"]
         );
         let request = agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process(
             "after the upgrade",

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use agent_session::testing::{self, rich_snapshot};
 use agent_session::{
-    FileSessionStore, History, Lease, LeaseRequest, ListScope, MemorySessionStore, Result,
-    Revision, RevisionInfo, SessionId, SessionList, SessionSnapshot, SessionStore, SessionSummary,
+    FileSessionStore, History, IndexedMetadata, Lease, LeaseRequest, ListCursor, ListFilter,
+    ListScope, MemorySessionStore, Result, Revision, RevisionInfo, SearchPage, SearchQuery,
+    SessionId, SessionList, SessionSnapshot, SessionStore, SessionSummary,
 };
 
 #[cfg(feature = "postgres")]
@@ -47,9 +48,17 @@ fn file_store_meets_the_contract() {
     });
 }
 
+/// The metadata the `Arc<dyn SessionStore>` runs index, so the filtered-listing case
+/// checks metadata filters there (and their refusal on the other runs).
+fn indexed() -> IndexedMetadata {
+    IndexedMetadata::new([testing::FILTER_KEY]).expect("a valid key")
+}
+
 #[test]
 fn arc_dyn_memory_store_meets_the_contract() {
-    contract(|| -> Arc<dyn SessionStore> { Arc::new(MemorySessionStore::new()) });
+    contract(|| -> Arc<dyn SessionStore> {
+        Arc::new(MemorySessionStore::with_indexed_metadata(indexed()))
+    });
 }
 
 #[test]
@@ -60,7 +69,12 @@ fn arc_dyn_file_store_meets_the_contract() {
         let sub = dir
             .path()
             .join(format!("store-{}", n.fetch_add(1, Ordering::Relaxed)));
-        Arc::new(FileSessionStore::open(sub).expect("open file store"))
+        Arc::new(
+            FileSessionStore::builder()
+                .index_metadata(indexed())
+                .open(sub)
+                .expect("open file store"),
+        )
     });
 }
 
@@ -77,7 +91,13 @@ fn postgres_store_meets_the_contract() {
 #[test]
 fn arc_dyn_postgres_store_meets_the_contract() {
     let schemas = postgres_support::Schemas::new();
-    contract(|| -> Arc<dyn SessionStore> { Arc::new(schemas.store()) });
+    contract(|| -> Arc<dyn SessionStore> {
+        Arc::new(
+            schemas.store_with(
+                agent_session::PostgresSessionStore::builder().index_metadata(indexed()),
+            ),
+        )
+    });
 }
 
 /// The snapshot's bytes round-trip exactly: the row holds what `to_json_with_revision`
@@ -228,15 +248,15 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
     }
     let report = testing::contract(|| Minimal(MemorySessionStore::new()));
     println!("{report}");
-    assert_eq!(report.skipped.len(), 25, "{report}");
-    // Seven of them need a kept history: the required methods alone keep only the head.
+    assert_eq!(report.skipped.len(), 26, "{report}");
+    // Eight of them need a kept history: the required methods alone keep only the head.
     assert_eq!(
         report
             .skipped
             .iter()
             .filter(|s| s.needs == testing::HISTORY)
             .count(),
-        7,
+        8,
         "{report}"
     );
     report.assert_complete_except(&[
@@ -253,7 +273,7 @@ fn a_store_with_only_the_required_methods_passes_what_it_can_and_says_what_it_sk
         .skipped
         .iter()
         .any(|s| s.case == "prune_by_count_keeps_the_newest"));
-    assert_eq!(report.passed.len() + report.skipped.len(), 54, "{report}");
+    assert_eq!(report.passed.len() + report.skipped.len(), 56, "{report}");
     let panicked = panic::catch_unwind(AssertUnwindSafe(|| report.assert_complete()));
     assert!(
         panicked.is_err(),
@@ -287,7 +307,32 @@ impl<S: SessionStore> SessionStore for ForgetsOne<S> {
         self.inner.delete(id)
     }
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
-        self.inner.list_scoped(scope)
+        let mut listing = self.inner.list_scoped(scope)?;
+        if self.forgets == "summary_metadata" {
+            // Summaries made without the indexed values (`SessionSummary::of`).
+            for summary in &mut listing.sessions {
+                summary.metadata.clear();
+            }
+        }
+        Ok(listing)
+    }
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.inner.indexed_metadata()
+    }
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        if self.forgets == "search_history" {
+            // A search of the view only, whatever the query asks.
+            return self
+                .inner
+                .search(&query.clone().view_only(true), filter, limit, after);
+        }
+        self.inner.search(query, filter, limit, after)
     }
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         self.inner.set_archived(id, archived)
@@ -367,10 +412,11 @@ impl<S: SessionStore> SessionStore for ForgetsOne<S> {
     }
 }
 
-/// The negative control of the history and lease cases: a wrapper that keeps only the
-/// head for `load_at`, drops the messages out of the view from `history`, lists revisions
-/// out of order, leaves `trim_history` to the head-only default, drops a snapshot's lease
-/// or never releases one fails the contract, naming the case that caught it.
+/// The negative control of the history, lease and listing cases: a wrapper that keeps only
+/// the head for `load_at`, drops the messages out of the view from `history`, lists
+/// revisions out of order, leaves `trim_history` to the head-only default, drops a
+/// snapshot's lease, never releases one, lists summaries without their indexed metadata
+/// or searches the view only fails the contract, naming the case that caught it.
 #[test]
 fn the_contract_catches_a_store_that_drops_or_misorders_history() {
     for (forgets, case) in [
@@ -400,10 +446,20 @@ fn the_contract_catches_a_store_that_drops_or_misorders_history() {
             "release",
             "a_lease_is_exclusive_until_released_and_names_its_holder",
         ),
+        // And of the listing cases: summaries without the indexed metadata, and a search
+        // that leaves out what the history keeps beyond the view.
+        (
+            "summary_metadata",
+            "filtered_listings_select_by_model_time_parent_archive_and_metadata",
+        ),
+        (
+            "search_history",
+            "search_finds_the_same_messages_in_every_store",
+        ),
     ] {
         let failure = panic::catch_unwind(AssertUnwindSafe(|| {
             testing::contract(|| ForgetsOne {
-                inner: MemorySessionStore::new(),
+                inner: MemorySessionStore::with_indexed_metadata(indexed()),
                 forgets,
             })
         }))
@@ -419,7 +475,7 @@ fn the_contract_catches_a_store_that_drops_or_misorders_history() {
     }
     // Forwarding everything, the same wrapper passes.
     testing::contract(|| ForgetsOne {
-        inner: MemorySessionStore::new(),
+        inner: MemorySessionStore::with_indexed_metadata(indexed()),
         forgets: "nothing",
     })
     .assert_complete();

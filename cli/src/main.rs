@@ -13,6 +13,7 @@
 //! agent-session sessions prune --max-age 30d --dry-run
 //! agent-session sessions prune --keep-revisions 50 --dry-run
 //! agent-session sessions export <ID> -o backup.jsonl
+//! agent-session copy --from .agent-session/sessions --to postgres:"host=db dbname=app"
 //! ```
 //!
 //! Installed with `cargo install --path cli` (from a checkout of the repository), or run
@@ -107,7 +108,9 @@
 //! command does anything; `--schema` with a folder store is a usage error.
 
 mod compaction;
+mod copy;
 mod display;
+mod find;
 mod history;
 mod http;
 mod lifecycle;
@@ -160,10 +163,13 @@ Examples:
   agent-session sessions compact 0190c3e2-...             summarise all but its last 2 turns
   agent-session sessions archive 0190c3e2-...             hide it from the list (still resumes)
   agent-session sessions list --all                       archived sessions too
+  agent-session sessions list --where project=parser      sessions whose metadata says so
+  agent-session sessions search \"lock bug\"              where those words were said
   agent-session sessions prune --max-age 30d --dry-run    what pruning would delete
   agent-session sessions prune --keep-revisions 50        drop all but each session's last 50 revisions
   agent-session sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
   agent-session sessions import s.jsonl                   into this store (--new-ids: renamed)
+  agent-session copy --from DIR --to postgres:CONNINFO    every session, with its history
 
 A PostgreSQL store: a postgres:// or postgresql:// URL instead of a folder, in any command
 (a password in it is never printed; messages name the store without it):
@@ -277,6 +283,43 @@ enum Command {
     /// List, show, fork, rewind, restore, compact, archive, prune, export, import or delete saved sessions, see their history (and migrate a PostgreSQL store)
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Copy every session of one store into another (folder, PostgreSQL), with its whole history
+    #[command(after_help = copy::COPY_HELP)]
+    Copy {
+        #[arg(
+            long,
+            value_name = "STORE",
+            help = "The store to copy from: DIR, file:DIR, postgres:CONNINFO or sqlite:PATH"
+        )]
+        from: std::ffi::OsString,
+        #[arg(
+            long,
+            value_name = "STORE",
+            help = "The store to copy into (a folder is created if missing): same forms as --from"
+        )]
+        to: std::ffi::OsString,
+        #[arg(
+            long,
+            value_name = "NAME",
+            help = "With a PostgreSQL --from: its schema [default: $AGENT_SESSION_SCHEMA, else agent_session]"
+        )]
+        from_schema: Option<String>,
+        #[arg(
+            long,
+            value_name = "NAME",
+            help = "With a PostgreSQL --to: its schema [default: $AGENT_SESSION_SCHEMA, else agent_session]"
+        )]
+        to_schema: Option<String>,
+        /// Copy only this session (repeat for more); parents still go before their forks
+        #[arg(long, value_name = "ID")]
+        only: Vec<String>,
+        /// Leave the sessions the target already holds as they are, and copy the others
+        #[arg(long)]
+        skip_existing: bool,
+        /// Print what would be copied, and write nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Args)]
@@ -338,7 +381,11 @@ enum SessionsCommand {
         /// Show archived sessions too, marked [archived]
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        filters: find::ListFilters,
     },
+    /// Sessions where every word of QUERY was said (their whole history), newest first
+    Search(find::SearchArgs),
     /// A session's transcript, each tool call shown with its result (--at REV: as it was at that revision)
     Show {
         /// The session id
@@ -531,9 +578,36 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    // `copy` names its two stores itself; --store and --schema do not apply.
+    if let Command::Copy {
+        from,
+        to,
+        from_schema,
+        to_schema,
+        only,
+        skip_existing,
+        dry_run,
+    } = cli.command
+    {
+        if cli.store.is_some() || cli.schema.is_some() {
+            return Err(Failure::Usage(
+                "copy takes its stores from --from and --to (and their schemas from --from-schema and --to-schema), not --store or --schema".to_owned(),
+            ));
+        }
+        return copy::copy(copy::CopyArgs {
+            from,
+            to,
+            from_schema,
+            to_schema,
+            only,
+            skip_existing,
+            dry_run,
+        });
+    }
     let spec = StoreSpec::from_command_line(cli.store, cli.schema)?;
     match cli.command {
         Command::Sessions(command) => sessions(&spec, command, cli.engine).await,
+        Command::Copy { .. } => unreachable!("copy is dispatched above"),
         Command::Chat { resume } => {
             let app = App::new(&spec, cli.engine)?;
             app.chat(&resume).await
@@ -576,14 +650,19 @@ async fn sessions(
             after,
             archived,
             all,
+            filters,
         } => {
             let scope = match (archived, all) {
                 (true, _) => ListScope::Archived,
                 (false, true) => ListScope::All,
                 (false, false) => ListScope::Active,
             };
+            if filters.any() {
+                return find::list_filtered(spec, scope, &filters, limit, after);
+            }
             list(spec.open_existing()?.as_ref(), spec, scope, limit, after)
         }
+        SessionsCommand::Search(args) => find::search(spec, &args),
         SessionsCommand::Show { id, at: None } => {
             let (store, id) = existing_session(spec, &id)?;
             print!(

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_session::{
-    Error, FileSessionStore, PostgresSessionStore, SessionId, SessionStore, DEFAULT_POSTGRES_SCHEMA,
+    Error, FileSessionStore, IndexedMetadata, PostgresSessionStore, SessionId, SessionStore,
+    DEFAULT_POSTGRES_SCHEMA,
 };
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
@@ -154,6 +155,63 @@ impl StoreSpec {
         Ok(StoreSpec::Folder(expand_home(path, source)?))
     }
 
+    /// The store `value` names in `agent-session copy` (`flag` is `--from` or `--to`): a
+    /// folder, written as a path or `file:PATH`; a PostgreSQL store, written
+    /// `postgres:CONNINFO` (a libpq connection string, `host=H dbname=D ...`, or a URL) or
+    /// as a `postgres://`/`postgresql://` URL, in the schema `schema` names, else
+    /// `AGENT_SESSION_SCHEMA`, else the library's default; or `sqlite:PATH`, refused until
+    /// the command is built with the library's `SqliteSessionStore`.
+    pub fn from_copy_arg(
+        value: &std::ffi::OsStr,
+        schema: Option<String>,
+        flag: &str,
+    ) -> Result<Self, Failure> {
+        let bytes = value.as_bytes();
+        if let Some(path) = bytes.strip_prefix(b"sqlite:") {
+            // SQLITE: the other engineer's `agent_session::SqliteSessionStore::open(path)`
+            // (library feature `sqlite`) plugs in here, as a `StoreSpec::Sqlite(PathBuf)`
+            // opened in `open`/`open_existing` like a folder.
+            let _ = path;
+            return Err(Failure::Usage(format!(
+                "{flag} names a SQLite store (sqlite:PATH), and this agent-session was built without sqlite: use a folder (a path or file:PATH) or a PostgreSQL store (postgres:CONNINFO)"
+            )));
+        }
+        let conninfo = if is_postgres_url(value) {
+            Some(value)
+        } else {
+            bytes
+                .strip_prefix(b"postgres:")
+                .map(std::ffi::OsStr::from_bytes)
+        };
+        if let Some(conninfo) = conninfo {
+            let conninfo = conninfo.to_str().ok_or_else(|| {
+                format!("the PostgreSQL connection string in {flag} is not valid UTF-8 (it is not shown: it may hold a password)")
+            })?;
+            let schema = match schema {
+                Some(schema) => schema,
+                None => schema_from_env()?.unwrap_or_else(|| DEFAULT_POSTGRES_SCHEMA.to_owned()),
+            };
+            return Ok(StoreSpec::Postgres(PostgresSpec::parse(
+                conninfo.to_owned(),
+                schema,
+                flag,
+            )?));
+        }
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(
+            bytes.strip_prefix(b"file:").unwrap_or(bytes),
+        ));
+        if path.as_os_str().is_empty() {
+            return Err(Failure::Usage(format!("{flag} names no folder")));
+        }
+        if schema.is_some() {
+            return Err(Failure::Usage(format!(
+                "{flag}-schema applies to a PostgreSQL store (postgres:CONNINFO), and {flag} names the folder {}",
+                path.display()
+            )));
+        }
+        Ok(StoreSpec::Folder(expand_home(path, flag)?))
+    }
+
     /// Where the store is, before it is opened.
     pub fn at(&self) -> StoreAt {
         match self {
@@ -166,16 +224,22 @@ impl StoreSpec {
     /// answer and have its tables (the library creates them only when asked:
     /// [`migrate`](Self::migrate)).
     pub fn open(&self) -> Result<Store, Failure> {
+        self.open_indexed(&IndexedMetadata::default())
+    }
+
+    /// [`open`](Self::open), with summaries that carry the values of the metadata keys
+    /// `keys` (for `sessions list --where`).
+    pub fn open_indexed(&self, keys: &IndexedMetadata) -> Result<Store, Failure> {
         match self {
             StoreSpec::Folder(dir) => {
-                let store = open_folder(dir)?;
+                let store = open_folder(dir, keys)?;
                 Ok(Store {
                     at: StoreAt::Folder(store.dir().to_path_buf()),
                     sessions: Arc::new(store),
                 })
             }
             StoreSpec::Postgres(pg) => {
-                let store = pg.connect()?;
+                let store = pg.connect(keys)?;
                 // The library connects lazily: two small queries tell a server that does
                 // not answer, a schema that was never migrated, and tables an older release
                 // made (which lack what loads and saves use), before a command starts.
@@ -200,12 +264,17 @@ impl StoreSpec {
     /// The store, if it exists: commands that only read or change stored sessions do not
     /// create a folder. A PostgreSQL store is always there to open (or fails to).
     pub fn open_existing(&self) -> Result<Option<Store>, Failure> {
+        self.open_existing_indexed(&IndexedMetadata::default())
+    }
+
+    /// [`open_existing`](Self::open_existing), indexing the metadata keys `keys`.
+    pub fn open_existing_indexed(&self, keys: &IndexedMetadata) -> Result<Option<Store>, Failure> {
         match self {
             StoreSpec::Folder(dir) => match std::fs::symlink_metadata(dir) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-                _ => self.open().map(Some),
+                _ => self.open_indexed(keys).map(Some),
             },
-            StoreSpec::Postgres(_) => self.open().map(Some),
+            StoreSpec::Postgres(_) => self.open_indexed(keys).map(Some),
         }
     }
 
@@ -216,7 +285,7 @@ impl StoreSpec {
         match self {
             StoreSpec::Folder(_) => self.open().map(Store::into_at),
             StoreSpec::Postgres(pg) => {
-                pg.connect()?.migrate().map_err(|e| {
+                pg.connect(&IndexedMetadata::default())?.migrate().map_err(|e| {
                     Failure::Error(format!(
                         "could not migrate the PostgreSQL session store {}: {}\nhint: the user in the URL needs the right to create the schema (or its tables, if it exists)",
                         pg.at(),
@@ -260,9 +329,10 @@ impl PostgresSpec {
     }
 
     /// The store, not yet connected (the library opens connections when first needed).
-    fn connect(&self) -> Result<PostgresSessionStore, Failure> {
+    fn connect(&self, keys: &IndexedMetadata) -> Result<PostgresSessionStore, Failure> {
         PostgresSessionStore::builder()
             .schema(self.schema.as_str())
+            .index_metadata(keys.clone())
             .connect(&self.url)
             .map_err(|e| {
                 Failure::Error(format!(
@@ -414,8 +484,11 @@ fn url_encoded(bytes: &[u8]) -> String {
     out
 }
 
-fn open_folder(dir: &Path) -> Result<FileSessionStore, Failure> {
-    FileSessionStore::open(dir).map_err(|e| {
+fn open_folder(dir: &Path, keys: &IndexedMetadata) -> Result<FileSessionStore, Failure> {
+    FileSessionStore::builder()
+        .index_metadata(keys.clone())
+        .open(dir)
+        .map_err(|e| {
         Failure::Error(format!(
             "the session store cannot be used: {}\nhint: choose another folder with --store DIR or AGENT_SESSION_STORE",
             chain(&e)

@@ -6,6 +6,7 @@
 //! over the store's own calls on the caller's thread.
 
 mod bundle;
+mod copy;
 mod prune;
 
 use crate::error::Error;
@@ -16,6 +17,10 @@ use crate::snapshot::{ForkAt, RewindTo, SessionSnapshot};
 use crate::store::{ready, AsyncSessionStore, InlineStore, SessionStore};
 
 pub use bundle::{Bundle, ImportIds, Imported, BUNDLE_VERSION};
+pub use copy::{
+    copy_sessions, copy_sessions_async, CopyOptions, CopyOutcome, CopyReport, ExistingSessions,
+    SessionCopy,
+};
 pub use prune::{
     HistoryRetention, PrunePolicy, PruneReason, PruneReport, PruneScope, Pruned, TrimmedHistory,
 };

@@ -15,8 +15,8 @@ use crate::id::{Revision, SessionId};
 use crate::lease::{Lease, LeaseRequest};
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 use crate::store::{
-    check_page_limit, head_only, ListCursor, ListScope, SessionList, SessionPage, SessionStore,
-    SessionSummary,
+    check_page_limit, head_only, IndexedMetadata, ListCursor, ListFilter, ListScope, SearchPage,
+    SearchQuery, SessionList, SessionPage, SessionStore, SessionSummary,
 };
 use crate::telemetry;
 
@@ -120,6 +120,60 @@ pub trait AsyncSessionStore: Send + Sync {
             ListScope::Archived => Ok(SessionList::default()),
             ListScope::Active | ListScope::All => self.list().await,
         }
+    }
+
+    /// As [`SessionStore::indexed_metadata`]; none by default.
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        IndexedMetadata::default()
+    }
+
+    /// As [`SessionStore::list_filtered`]; the default implementation filters
+    /// [`list_scoped`](Self::list_scoped).
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::list_filtered`].
+    async fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        filter.check(&self.indexed_metadata())?;
+        let mut listing = self.list_scoped(filter.list_scope()).await?;
+        listing.sessions.retain(|s| filter.matches(s));
+        Ok(listing)
+    }
+
+    /// As [`SessionStore::list_page_filtered`]; the default implementation pages
+    /// [`list_filtered`](Self::list_filtered).
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::list_page_filtered`].
+    async fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        check_page_limit(limit)?;
+        Ok(SessionPage::of(
+            self.list_filtered(filter).await?,
+            limit,
+            after,
+        ))
+    }
+
+    /// As [`SessionStore::search`]; the default implementation scans the filtered
+    /// listing, reading each session's history.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionStore::search`].
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        super::search::scan_async(self, query, filter, limit, after).await
     }
 
     /// As [`SessionStore::set_archived`]; the default implementation returns
@@ -268,6 +322,29 @@ impl<S: AsyncSessionStore + ?Sized> AsyncSessionStore for Arc<S> {
     async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         (**self).list_scoped(scope).await
     }
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        (**self).indexed_metadata()
+    }
+    async fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        (**self).list_filtered(filter).await
+    }
+    async fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        (**self).list_page_filtered(filter, limit, after).await
+    }
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        (**self).search(query, filter, limit, after).await
+    }
     async fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         (**self).set_archived(id, archived).await
     }
@@ -414,6 +491,35 @@ impl<S: SessionStore + ?Sized + 'static> AsyncSessionStore for BlockingStore<S> 
     async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         self.run(move |s| s.list_scoped(scope)).await
     }
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.store.indexed_metadata()
+    }
+    async fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        let filter = filter.clone();
+        self.run(move |s| s.list_filtered(&filter)).await
+    }
+    async fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        let filter = filter.clone();
+        let after = after.cloned();
+        self.run(move |s| s.list_page_filtered(&filter, limit, after.as_ref()))
+            .await
+    }
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        let (query, filter, after) = (query.clone(), filter.clone(), after.cloned());
+        self.run(move |s| s.search(&query, &filter, limit, after.as_ref()))
+            .await
+    }
     async fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         let id = id.clone();
         self.run(move |s| s.set_archived(&id, archived)).await
@@ -492,6 +598,29 @@ where
     }
     async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         self.0.list_scoped(scope)
+    }
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.0.indexed_metadata()
+    }
+    async fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        self.0.list_filtered(filter)
+    }
+    async fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        self.0.list_page_filtered(filter, limit, after)
+    }
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        self.0.search(query, filter, limit, after)
     }
     async fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {
         self.0.set_archived(id, archived)

@@ -2,9 +2,11 @@
 //! [`ListScope`] for archived ones, a whole [`SessionList`] or one [`SessionPage`], and
 //! the [`ListCursor`] that walks a store page by page in one fixed order.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 
 #[cfg(doc)]
 use super::SessionStore;
@@ -62,6 +64,10 @@ pub struct SessionSummary {
     /// What its stored history holds beyond the view: whether it was rewound, compacted
     /// or restored, and where the kept history starts.
     pub history: HistoryStats,
+    /// The values of the metadata keys the store indexes
+    /// ([`IndexedMetadata`](crate::IndexedMetadata)), for filtered listings; empty for a
+    /// store that indexes none (and from [`SessionSummary::of`]).
+    pub metadata: BTreeMap<String, Value>,
 }
 
 impl SessionSummary {
@@ -90,6 +96,7 @@ impl SessionSummary {
             lineage: snapshot.lineage().cloned(),
             archived: false,
             history: snapshot.history_stats(),
+            metadata: BTreeMap::new(),
         }
     }
 }
@@ -219,7 +226,7 @@ impl ListCursor {
     }
 
     /// The cursor just after `summary`, in a walk whose latest plausible time is `horizon`.
-    fn after_in(summary: &SessionSummary, horizon: DateTime<Utc>) -> Self {
+    pub(crate) fn after_in(summary: &SessionSummary, horizon: DateTime<Utc>) -> Self {
         ListCursor {
             updated_at: summary.updated_at,
             id: summary.id.clone(),

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::lease_rules::{self, LeaseRecord};
 use super::{
-    check_revision, check_unchanged, AsyncSessionStore, InlineStore, ListScope, Revision,
-    SessionList, SessionStore, SessionSummary, StoredVersion,
+    check_revision, check_unchanged, AsyncSessionStore, IndexedMetadata, InlineStore, ListCursor,
+    ListFilter, ListScope, Revision, SearchPage, SearchQuery, SessionList, SessionStore,
+    SessionSummary, StoredVersion,
 };
 use chrono::{DateTime, Utc};
 
@@ -40,6 +41,8 @@ pub struct MemorySessionStore {
     /// Each session's last lease, kept after release and deletion so epochs only grow;
     /// locked after `sessions` when both are.
     leases: Mutex<HashMap<SessionId, LeaseRecord>>,
+    /// The metadata keys listings carry.
+    indexed: IndexedMetadata,
 }
 
 /// One stored session: its log (the checkpoint it was first saved as, or last written
@@ -201,6 +204,16 @@ impl MemorySessionStore {
     #[must_use]
     pub fn new() -> Self {
         MemorySessionStore::default()
+    }
+
+    /// The store, with summaries that carry the values of the metadata keys `keys`, for
+    /// [`list_filtered`](SessionStore::list_filtered).
+    #[must_use]
+    pub fn with_indexed_metadata(keys: IndexedMetadata) -> Self {
+        MemorySessionStore {
+            indexed: keys,
+            ..MemorySessionStore::default()
+        }
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Stored>> {
@@ -378,13 +391,29 @@ impl SessionStore for MemorySessionStore {
                 .values_mut()
                 .filter(|s| scope.includes(s.archived))
                 .map(|s| {
-                    let mut summary = SessionSummary::of(s.head()?);
+                    let mut summary = self.indexed.summary_of(s.head()?);
                     summary.archived = s.archived;
                     Ok(summary)
                 })
                 .collect::<Result<_>>()?;
             Ok(SessionList::new(summaries, Vec::new()))
         })
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.indexed.clone()
+    }
+
+    /// A scan (see [`SessionStore::search`]) of the sessions' histories.
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        telemetry::store_op("search", "memory", None)
+            .run(|| super::search::scan(self, query, filter, limit, after))
     }
 
     /// Leases live until released or expired (this store lives in one process, so its

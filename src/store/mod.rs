@@ -6,12 +6,14 @@
 mod async_store;
 mod checks;
 mod file;
+mod filter;
 mod head_only;
 pub(crate) mod lease_rules;
 mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub(crate) mod search;
 
 // For the links in the docs: the defaults' errors come from `head_only`.
 #[cfg(doc)]
@@ -29,10 +31,14 @@ pub use checks::{
     check_page_limit, check_revision, check_stored_id, check_unchanged, StoredVersion,
 };
 pub use file::{Durability, FileSessionStore, FileStoreBuilder};
+pub use filter::{IndexedMetadata, ListFilter, MAX_INDEXED_KEYS, MAX_INDEXED_VALUE_BYTES};
 pub use listing::{ListCursor, ListScope, SessionList, SessionPage, SessionSummary};
 pub use memory::MemorySessionStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
+pub use search::{
+    searchable_text, MessageHit, SearchPage, SearchQuery, SessionHit, MAX_QUERY_WORDS,
+};
 
 /// The default largest snapshot a store reads or writes: 256 MiB (for the file store, the
 /// size of a snapshot file; for the PostgreSQL store, of a row's snapshot).
@@ -202,6 +208,75 @@ pub trait SessionStore: Send + Sync {
             ListScope::Archived => Ok(SessionList::default()),
             ListScope::Active | ListScope::All => self.list(),
         }
+    }
+
+    /// The metadata keys whose values this store's summaries carry
+    /// ([`SessionSummary::metadata`]), declared when it was opened; none by default.
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        IndexedMetadata::default()
+    }
+
+    /// The sessions `filter` selects, newest first, with the sessions that could not be
+    /// read: by scope, model, time of the last change, parent, and values of the metadata
+    /// keys the store indexes ([`indexed_metadata`](Self::indexed_metadata)).
+    ///
+    /// The default implementation filters [`list_scoped`](Self::list_scoped): it reads
+    /// what a listing reads (for [`FileSessionStore`], summaries, never transcripts), and
+    /// suits every store whose summaries carry [`SessionSummary::metadata`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a metadata key the store does not index (or a value
+    /// too large to index); otherwise as [`list_scoped`](Self::list_scoped).
+    fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        filter.check(&self.indexed_metadata())?;
+        let mut listing = self.list_scoped(filter.list_scope())?;
+        listing.sessions.retain(|s| filter.matches(s));
+        Ok(listing)
+    }
+
+    /// One page of [`list_filtered`](Self::list_filtered), as
+    /// [`list_page`](Self::list_page) pages [`list`](Self::list).
+    ///
+    /// The default implementation pages [`list_filtered`](Self::list_filtered).
+    ///
+    /// # Errors
+    ///
+    /// As [`list_page`](Self::list_page) and [`list_filtered`](Self::list_filtered).
+    fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        check_page_limit(limit)?;
+        Ok(SessionPage::of(self.list_filtered(filter)?, limit, after))
+    }
+
+    /// Searches the sessions `filter` lists for messages holding every word of `query`
+    /// (user and assistant text, tool output; metadata values only if the query asks),
+    /// in their whole history unless the query asks for the view only. Returns at most
+    /// `limit` sessions, newest first, each with the messages that matched and where they
+    /// stand; follow [`SearchPage::next`] for more.
+    ///
+    /// Every store finds the same messages (the matching is the crate's, see
+    /// [`SearchQuery`]). The default implementation scans: it pages the filtered listing
+    /// and reads each session's [`history`](Self::history), so a search costs a listing
+    /// plus a history read per session it passes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `limit` is 0 or the filter names a metadata key the
+    /// store does not index; otherwise as [`list_page`](Self::list_page). A session that
+    /// cannot be read is reported in [`SearchPage::unreadable`].
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        search::scan(self, query, filter, limit, after)
     }
 
     /// Archives session `id` (`true`), taking it out of [`list`](Self::list) without
@@ -474,6 +549,33 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
         (**self).list_scoped(scope)
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        (**self).indexed_metadata()
+    }
+
+    fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        (**self).list_filtered(filter)
+    }
+
+    fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        (**self).list_page_filtered(filter, limit, after)
+    }
+
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        (**self).search(query, filter, limit, after)
     }
 
     fn set_archived(&self, id: &SessionId, archived: bool) -> Result<()> {

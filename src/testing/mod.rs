@@ -38,9 +38,11 @@
 //! ```
 
 mod cases;
+mod filters;
 mod history;
 mod leases;
 mod lifecycle;
+mod search;
 mod support;
 
 use std::fmt;
@@ -51,6 +53,7 @@ use crate::id::SessionId;
 use crate::snapshot::SessionSnapshot;
 use crate::store::SessionStore;
 
+pub use filters::FILTER_KEY;
 pub use support::rich_snapshot;
 
 /// What [`contract`] ran: the cases that passed, and those it skipped because the store
@@ -388,6 +391,15 @@ pub fn contract<S: SessionStore, F: Fn() -> S>(make: F) -> ContractReport {
     on_store!(Nothing, lifecycle::export_refuses_missing_and_repeated_ids);
     on_store!(Nothing, lifecycle::bundle_json_round_trips_byte_for_byte);
 
+    on_store!(
+        Nothing,
+        filters::filtered_listings_select_by_model_time_parent_archive_and_metadata
+    );
+    // It finds a rewound message: the history must keep it.
+    on_store!(
+        History,
+        search::search_finds_the_same_messages_in_every_store
+    );
     on_store!(
         Leases,
         leases::a_lease_is_exclusive_until_released_and_names_its_holder

@@ -25,8 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    check_revision, check_unchanged, ListScope, Revision, SessionList, SessionStore,
-    SessionSummary, StoredVersion, DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_revision, check_unchanged, IndexedMetadata, ListCursor, ListFilter, ListScope, Revision,
+    SearchPage, SearchQuery, SessionList, SessionStore, SessionSummary, StoredVersion,
+    DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::error::{Error, Result};
 use crate::id::SessionId;
@@ -231,6 +232,8 @@ pub struct FileSessionStore {
     owner_uid: u32,
     max_snapshot_bytes: u64,
     durability: Durability,
+    /// The metadata keys summaries carry.
+    indexed: IndexedMetadata,
     fs: Arc<dyn FileSystem>,
     /// The store-wide write lock on `<dir>/.lock`.
     lock: StoreLock,
@@ -267,6 +270,7 @@ pub struct FileStoreBuilder {
     max_snapshot_bytes: u64,
     durability: Durability,
     lock_timeout: Duration,
+    indexed: IndexedMetadata,
 }
 
 impl FileStoreBuilder {
@@ -290,6 +294,15 @@ impl FileStoreBuilder {
     /// otherwise block every writer forever.
     pub fn lock_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.lock_timeout = timeout;
+        self
+    }
+
+    /// Sets the metadata keys whose values the sessions' summary files carry, so that
+    /// [`list_filtered`](SessionStore::list_filtered) can match them without reading a
+    /// transcript (default: none). A summary written for other keys is made again from
+    /// the session when it is listed: declare the same keys in every process.
+    pub fn index_metadata(&mut self, keys: IndexedMetadata) -> &mut Self {
+        self.indexed = keys;
         self
     }
 
@@ -331,6 +344,7 @@ impl FileSessionStore {
             max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
             durability: Durability::default(),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            indexed: IndexedMetadata::default(),
         }
     }
 
@@ -367,6 +381,7 @@ impl FileSessionStore {
             owner_uid: rustix::process::geteuid().as_raw(),
             max_snapshot_bytes,
             durability: settings.durability,
+            indexed: settings.indexed.clone(),
             fs,
             lock,
             known: Mutex::new(HashMap::new()),
@@ -648,6 +663,35 @@ impl SessionStore for FileSessionStore {
         telemetry::store_op("list_scoped", "file", None).run(|| {
             self.check_root()?;
             self.list_in(scope)
+        })
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.indexed.clone()
+    }
+
+    /// A scan (see [`SessionStore::search`]): the filtered listing from the summary
+    /// files, then each listed session's history, read in full.
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        telemetry::store_op("search", "file", None)
+            .run(|| super::search::scan(self, query, filter, limit, after))
+    }
+
+    /// As [`list_scoped`](SessionStore::list_scoped), filtered: from the summary files
+    /// (which carry the indexed metadata), never transcripts where those are current.
+    fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
+        telemetry::store_op("list_filtered", "file", None).run(|| {
+            filter.check(&self.indexed)?;
+            self.check_root()?;
+            let mut listing = self.list_in(filter.list_scope())?;
+            listing.sessions.retain(|s| filter.matches(s));
+            Ok(listing)
         })
     }
 

@@ -13,7 +13,7 @@
 //! in memory with the stamps of the files they came from, so listing again costs a few
 //! `lstat`s per session.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
@@ -21,6 +21,7 @@ use std::sync::MutexGuard;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::journal;
 use super::private_dir::read_bytes;
@@ -32,13 +33,13 @@ use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
 use crate::snapshot::{HistoryStats, Lineage, SessionSnapshot};
-use crate::store::{ListScope, SessionList, SessionSummary};
+use crate::store::{IndexedMetadata, ListScope, SessionList, SessionSummary};
 use crate::usage::Cost;
 
 /// The summary format version this release writes and reads. Version 2 added `lineage`,
-/// version 3 `history`; a summary of another version is ignored like a stale one (and
-/// rewritten by the next listing or save).
-const SUMMARY_VERSION: u64 = 3;
+/// version 3 `history`, version 4 `indexed` and `metadata`; a summary of another version
+/// is ignored like a stale one (and rewritten by the next listing or save).
+const SUMMARY_VERSION: u64 = 4;
 
 /// The largest summary file read; summaries are a few hundred bytes.
 pub(crate) const MAX_SUMMARY_BYTES: u64 = 64 * 1024;
@@ -87,6 +88,12 @@ struct Encoded {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lineage: Option<Lineage>,
     history: EncodedStats,
+    /// The metadata keys the summary was made for (the store's indexed keys then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    indexed: Vec<String>,
+    /// Their values, those the session has (and small enough).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: BTreeMap<String, Value>,
     base: Stamp,
     journal: Option<Stamp>,
 }
@@ -102,17 +109,18 @@ struct EncodedStats {
 }
 
 /// The framed summary of `snapshot`, stored at `revision` as `base` plus `journal`, whose
-/// log holds `stats`.
+/// log holds `stats`, carrying the values of the `indexed` metadata keys.
 pub(crate) fn encode(
     snapshot: &SessionSnapshot,
     revision: Revision,
     stats: HistoryStats,
-    base: Stamp,
-    journal: Option<Stamp>,
+    indexed: &IndexedMetadata,
+    files: (Stamp, Option<Stamp>),
 ) -> Vec<u8> {
+    let (base, journal) = files;
     // What every listing shows of a snapshot, so the file store's summaries say the same
     // as the other stores' (titles and model names cut alike).
-    let listed = SessionSummary::of(snapshot);
+    let listed = indexed.summary_of(snapshot);
     let encoded = Encoded {
         summary: SUMMARY_VERSION,
         id: listed.id,
@@ -130,6 +138,8 @@ pub(crate) fn encode(
             compactions: stats.compactions,
             restores: stats.restores,
         },
+        indexed: indexed.keys().to_vec(),
+        metadata: listed.metadata,
         base,
         journal,
     };
@@ -138,11 +148,13 @@ pub(crate) fn encode(
     journal::frame(&payload)
 }
 
-/// The summary in `bytes` if it is intact, names session `id`, and describes exactly the
-/// files whose metadata is given; `None` otherwise (the caller reads the session instead).
+/// The summary in `bytes` if it is intact, names session `id`, was made for the
+/// `indexed` keys, and describes exactly the files whose metadata is given; `None`
+/// otherwise (the caller reads the session instead).
 pub(crate) fn decode(
     bytes: &[u8],
     id: &SessionId,
+    indexed: &IndexedMetadata,
     base: &Metadata,
     journal: Option<&Metadata>,
 ) -> Option<SessionSummary> {
@@ -154,6 +166,7 @@ pub(crate) fn decode(
     let current = (Stamp::of(base), journal.map(Stamp::of));
     if encoded.summary != SUMMARY_VERSION
         || encoded.id != *id
+        || encoded.indexed != indexed.keys()
         || (encoded.base, encoded.journal) != current
     {
         return None;
@@ -175,6 +188,7 @@ pub(crate) fn decode(
             compactions: encoded.history.compactions,
             restores: encoded.history.restores,
         },
+        metadata: encoded.metadata,
     })
 }
 
@@ -191,7 +205,7 @@ impl FileSessionStore {
         journal: Option<Stamp>,
     ) {
         let path = self.summary_path(snapshot.id());
-        let bytes = encode(snapshot, revision, stats, base, journal);
+        let bytes = encode(snapshot, revision, stats, &self.indexed, (base, journal));
         let file = match self.open_checked(&path, true) {
             Ok(Some((file, _))) => file,
             Ok(None) => match self.fs.create_private(&path) {
@@ -235,7 +249,7 @@ impl FileSessionStore {
             );
             self.remember_unlocked_read(id, known);
         }
-        Ok(Some(SessionSummary::of(&snapshot)))
+        Ok(Some(self.indexed.summary_of(&snapshot)))
     }
 
     /// The summary file of `id`, if it describes the session's current files and those
@@ -275,7 +289,7 @@ impl FileSessionStore {
         }
         let (mut file, meta) = self.open_checked(&summary_path, false).ok()??;
         let bytes = read_bytes(&mut file, &meta, &summary_path, MAX_SUMMARY_BYTES, false).ok()?;
-        let summary = decode(&bytes, id, &base, journal.as_ref())?;
+        let summary = decode(&bytes, id, &self.indexed, &base, journal.as_ref())?;
         // Remembered only if what was read is the version stamped above.
         let read = file.metadata().ok().map(|m| Stamp::of(&m));
         if read == Some(files.2) {

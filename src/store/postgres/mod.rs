@@ -1,6 +1,7 @@
 //! `PostgresSessionStore`: sessions in a PostgreSQL table, for services that run on many
 //! machines (feature `postgres`).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 
 mod lease;
+mod search;
 mod tls;
 
 use self::lease::{LEASE_COLUMNS, NOW_NS};
@@ -30,9 +32,9 @@ use crate::snapshot::{
 use crate::store::lease_rules::{self, LeaseRecord};
 use crate::store::AsyncSessionStore;
 use crate::store::{
-    check_page_limit, check_revision, check_stored_id, check_unchanged, ListCursor, ListScope,
-    Revision, SessionList, SessionPage, SessionStore, SessionSummary, StoredVersion,
-    DEFAULT_MAX_SNAPSHOT_BYTES,
+    check_page_limit, check_revision, check_stored_id, check_unchanged, IndexedMetadata,
+    ListCursor, ListFilter, ListScope, Revision, SearchPage, SearchQuery, SessionList, SessionPage,
+    SessionStore, SessionSummary, StoredVersion, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::telemetry;
 use crate::usage::Cost;
@@ -41,7 +43,7 @@ use crate::usage::Cost;
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
-const TABLES_VERSION: i32 = 4;
+const TABLES_VERSION: i32 = 5;
 
 /// The `format` of an entry row holding a log entry (its head and body frames); rows of
 /// tables before version 3 hold journal records of format 1.
@@ -195,6 +197,8 @@ struct Inner {
     sql_schema: String,
     max_snapshot_bytes: u64,
     query_timeout: std::time::Duration,
+    /// The metadata keys summaries carry.
+    indexed: IndexedMetadata,
 }
 
 /// Where a store's futures run.
@@ -260,6 +264,7 @@ pub struct PostgresStoreBuilder {
     query_timeout: std::time::Duration,
     /// The TLS trust roots (`tls.rs`, with their builder methods).
     tls: TlsSettings,
+    indexed: IndexedMetadata,
 }
 
 impl PostgresStoreBuilder {
@@ -275,6 +280,15 @@ impl PostgresStoreBuilder {
     /// [`DEFAULT_MAX_SNAPSHOT_BYTES`]).
     pub fn max_snapshot_bytes(&mut self, limit: u64) -> &mut Self {
         self.max_snapshot_bytes = limit;
+        self
+    }
+
+    /// Sets the metadata keys whose values the rows' summaries carry, so that
+    /// [`list_filtered`](SessionStore::list_filtered) matches them without reading
+    /// snapshots (default: none). A row whose summary was written for other keys is read
+    /// whole when it is listed: declare the same keys in every process.
+    pub fn index_metadata(&mut self, keys: IndexedMetadata) -> &mut Self {
+        self.indexed = keys;
         self
     }
 
@@ -464,6 +478,7 @@ impl PostgresStoreBuilder {
                 sql_schema: format!("\"{}\"", self.schema),
                 max_snapshot_bytes: self.max_snapshot_bytes,
                 query_timeout: self.query_timeout,
+                indexed: self.indexed.clone(),
             }),
             exec,
         }
@@ -552,6 +567,30 @@ impl Missed {
     }
 }
 
+/// What an entry row holds of `entry`: its bytes, and the words of the messages it adds.
+fn stored_form(entry: &crate::snapshot::LogEntry, id: &SessionId) -> Result<(Vec<u8>, String)> {
+    Ok((entry.to_bytes(id)?, search::words_of(entry.messages())))
+}
+
+/// The columns of the entry rows of `entries`: revisions, bytes, words.
+type EntryRows = (Vec<i64>, Vec<Vec<u8>>, Vec<String>);
+
+/// The entry rows that hold `entries`.
+fn entry_rows(entries: &[crate::snapshot::LogEntry], id: &SessionId) -> Result<EntryRows> {
+    let mut rows: EntryRows = (
+        Vec::with_capacity(entries.len()),
+        Vec::with_capacity(entries.len()),
+        Vec::with_capacity(entries.len()),
+    );
+    for entry in entries {
+        let (bytes, words) = stored_form(entry, id)?;
+        rows.0.push(revision_column(id, entry.revision())?);
+        rows.1.push(bytes);
+        rows.2.push(words);
+    }
+    Ok(rows)
+}
+
 /// A row and its entries as read.
 struct StoredRows {
     revision: Revision,
@@ -578,6 +617,12 @@ struct StoredSummary {
     /// Absent in rows written before tables version 3.
     #[serde(default)]
     history: Option<StoredStats>,
+    /// The metadata keys the summary was made for (the store's indexed keys then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    indexed: Vec<String>,
+    /// Their values, those the session has.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: BTreeMap<String, serde_json::Value>,
 }
 
 /// [`HistoryStats`] as a summary holds them.
@@ -591,7 +636,8 @@ struct StoredStats {
 }
 
 impl StoredSummary {
-    fn of(summary: &SessionSummary) -> Self {
+    /// The stored form of `summary`, made for the `indexed` keys.
+    fn of(summary: &SessionSummary, indexed: &IndexedMetadata) -> Self {
         StoredSummary {
             id: summary.id.clone(),
             revision: summary.revision,
@@ -608,6 +654,8 @@ impl StoredSummary {
                 compactions: summary.history.compactions,
                 restores: summary.history.restores,
             }),
+            indexed: indexed.keys().to_vec(),
+            metadata: summary.metadata.clone(),
         }
     }
 
@@ -631,6 +679,7 @@ impl StoredSummary {
                     compactions: h.compactions,
                     restores: h.restores,
                 }),
+            metadata: self.metadata,
         }
     }
 }
@@ -787,8 +836,10 @@ async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str
          );
          ALTER TABLE {schema}.entries
              ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1;
-         {leases}",
-        leases = lease::create_tables(schema)
+         {leases}
+         {search}",
+        leases = lease::create_tables(schema),
+        search = search::create_tables(schema)
     ))
     .await
     .map_err(|e| backend("create the store's tables", e))?;
@@ -821,6 +872,7 @@ impl PostgresSessionStore {
             connect_timeout: CONNECT_TIMEOUT,
             query_timeout: QUERY_TIMEOUT,
             tls: TlsSettings::default(),
+            indexed: IndexedMetadata::default(),
         }
     }
 
@@ -1032,8 +1084,9 @@ impl Inner {
         Location::Stored(format!("PostgreSQL row {}.sessions id {id}", self.schema))
     }
 
-    /// Decodes the summary column of a row.
-    fn summary_of(&self, id: &str, json: &str, archived: bool) -> Result<SessionSummary> {
+    /// Decodes the summary column of a row, and says whether it was made for the store's
+    /// indexed metadata keys (if not, its `metadata` is not to be trusted).
+    fn summary_of(&self, id: &str, json: &str, archived: bool) -> Result<(SessionSummary, bool)> {
         let location = Location::Stored(format!(
             "PostgreSQL row {}.sessions id {id} (summary)",
             self.schema
@@ -1050,7 +1103,8 @@ impl Inner {
             ))
             .at(&location));
         }
-        Ok(stored.into_summary(archived))
+        let current = stored.indexed == self.indexed.keys();
+        Ok((stored.into_summary(archived), current))
     }
 
     /// The listing of `scope`, in the listing's order, at most `limit` rows after `after`:
@@ -1159,9 +1213,48 @@ impl Inner {
                     continue;
                 }
             };
-            listed.push((place, self.summary_of(&id, &json, row.get(2))));
+            let summary = match self.summary_of(&id, &json, row.get(2)) {
+                Ok((summary, true)) => Ok(summary),
+                // Made for other metadata keys: worked out from the log.
+                Ok((summary, false)) => self.summary_from_log(summary).await,
+                Err(e) => Err(e),
+            };
+            listed.push((place, summary));
         }
         Ok(listed)
+    }
+
+    /// `listed` (a row's summary made for other metadata keys) with the values of the
+    /// store's keys, from the session's log; the row's summary is written again with them
+    /// (best effort, and only while the row is at the revision read), so the next listing
+    /// reads only the summary.
+    async fn summary_from_log(&self, listed: SessionSummary) -> Result<SessionSummary> {
+        let snapshot = self.with_log(&listed.id, |log| log.state_at(None)).await?;
+        let summary = SessionSummary {
+            metadata: self.indexed.values_in(&snapshot),
+            ..listed
+        };
+        if snapshot.revision() == summary.revision {
+            if let Ok(json) = serde_json::to_string(&StoredSummary::of(&summary, &self.indexed)) {
+                let key = summary.id.to_string();
+                let revision = to_i64(summary.revision.as_u64());
+                let _ = self
+                    .with_client(move |client, schema| async move {
+                        client
+                            .execute(
+                                &format!(
+                                    "UPDATE {schema}.sessions SET summary = $3
+                                     WHERE id = $1 AND revision = $2"
+                                ),
+                                &[&key, &revision, &json],
+                            )
+                            .await
+                            .map_err(|e| backend("write a session's summary", e))
+                    })
+                    .await;
+            }
+        }
+        Ok(summary)
     }
 
     /// For a snapshot known to be what is stored at its revision: its revision, if the
@@ -1246,11 +1339,13 @@ impl Inner {
     async fn try_append(
         &self,
         snapshot: &SessionSnapshot,
-        entry: &[u8],
+        entry: (&[u8], &str),
         derived: bool,
         oldest: Option<Revision>,
         summary: &str,
     ) -> Result<Appended> {
+        // The entry's bytes, and the words of the messages it adds (search.rs).
+        let (entry, words) = (entry.0, entry.1.to_owned());
         let expected = snapshot.revision();
         let revision = expected.next();
         let id = snapshot.id().clone();
@@ -1299,8 +1394,9 @@ impl Inner {
                                         WHERE e.session_id = $1), revision))
                                    AND {fenced}
                                 RETURNING id)
-                             INSERT INTO {schema}.entries (session_id, revision, record, format)
-                             SELECT id, $2, $12, $13 FROM moved",
+                             INSERT INTO {schema}.entries
+                                 (session_id, revision, record, format, words)
+                             SELECT id, $2, $12, $13, $16 FROM moved",
                                 fenced = lease::row_allows(15)
                             ),
                         )
@@ -1321,6 +1417,7 @@ impl Inner {
                             &ENTRY_FORMAT,
                             &oldest,
                             &fence,
+                            &words,
                         ],
                     )
                     .await
@@ -1436,7 +1533,7 @@ impl Inner {
         let json: Option<String> = query.await?;
         // The summary is a cache: one that does not decode is worked out from the log.
         match json.map(|json| self.summary_of(id.as_str(), &json, false)) {
-            Some(Ok(summary)) => Ok(summary.history),
+            Some(Ok((summary, _))) => Ok(summary.history),
             Some(Err(_)) => self
                 .with_log(id, |log| log.state_at(None))
                 .await
@@ -1586,6 +1683,7 @@ impl Inner {
         let updated = nanos(&id, snapshot.updated_at())?;
         let counts = state_counts(snapshot.counts());
         let fence = lease::fence_of(snapshot)?;
+        let words = search::words_of(snapshot.transcript());
         let sent = (bytes.len() + summary.len()) as u64;
         let query = self.with_client(move |mut client, schema| async move {
             let key = id.as_str();
@@ -1597,9 +1695,10 @@ impl Inner {
                             &format!(
                                 "INSERT INTO {schema}.sessions
                                  (id, revision, created_ns, updated_ns, summary, snapshot,
-                                  journal_bytes, state_counts, lease_epoch, lease_until_ns)
+                                  journal_bytes, state_counts, lease_epoch, lease_until_ns,
+                                  words)
                              SELECT $1, $2, $3, $4, $5, $6, 0, $7, COALESCE(l.epoch, 0),
-                                    CASE WHEN l.released THEN NULL ELSE l.expires_ns END
+                                    CASE WHEN l.released THEN NULL ELSE l.expires_ns END, $9
                              FROM (SELECT 1) AS one
                              LEFT JOIN {schema}.leases l ON l.session_id = $1
                              WHERE {allowed}
@@ -1610,6 +1709,7 @@ impl Inner {
                         .await?,
                         &[
                             &key, &new, &created, &updated, &summary, &bytes, &counts, &fence,
+                            &words,
                         ],
                     )
                     .await
@@ -1621,7 +1721,7 @@ impl Inner {
                         "UPDATE {schema}.sessions
                          SET revision = $2, created_ns = $3, updated_ns = $4,
                              summary = $5, snapshot = $6, journal_bytes = 0,
-                             state_counts = $8
+                             state_counts = $8, words = $10
                          WHERE id = $1 AND revision = $7 AND {allowed}",
                         allowed = lease::row_allows(9)
                     ),
@@ -1640,7 +1740,8 @@ impl Inner {
                     .execute(
                         &update,
                         &[
-                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts, &fence,
+                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts,
+                            &fence, &words,
                         ],
                     )
                     .await
@@ -1767,12 +1868,14 @@ impl AsyncSessionStore for Inner {
         revision_column(id, revision)?;
         revision_column(id, expected)?;
         let summary = |stats: HistoryStats| {
-            let mut listed = SessionSummary::of(snapshot);
+            let mut listed = self.indexed.summary_of(snapshot);
             listed.revision = revision;
             listed.history = stats;
-            serde_json::to_string(&StoredSummary::of(&listed)).map_err(|source| Error::Encode {
-                id: id.clone(),
-                source,
+            serde_json::to_string(&StoredSummary::of(&listed, &self.indexed)).map_err(|source| {
+                Error::Encode {
+                    id: id.clone(),
+                    source,
+                }
             })
         };
         // A new session, or one whose redaction changed messages already stored (the
@@ -1790,11 +1893,17 @@ impl AsyncSessionStore for Inner {
             .and_then(|_| snapshot.entry_since_stored(revision));
         if let Some(entry) = derived {
             let kind = entry.kind();
-            let bytes = entry.to_bytes(id)?;
+            let (bytes, words) = stored_form(&entry, id)?;
             let stats = snapshot.stats_once_saved(revision);
             let oldest = snapshot.history_stats().oldest_revision;
             match self
-                .try_append(snapshot, &bytes, true, Some(oldest), &summary(stats)?)
+                .try_append(
+                    snapshot,
+                    (&bytes, &words),
+                    true,
+                    Some(oldest),
+                    &summary(stats)?,
+                )
                 .await?
             {
                 Appended::NotDerived => {}
@@ -1805,7 +1914,7 @@ impl AsyncSessionStore for Inner {
                     let outcome = self
                         .try_append(
                             snapshot,
-                            &bytes,
+                            (&bytes, &words),
                             true,
                             Some(stats.oldest_revision),
                             &summary(stats.after(kind))?,
@@ -1817,9 +1926,9 @@ impl AsyncSessionStore for Inner {
             }
         }
         let stats = self.stored_stats(id).await?.after(EntryKind::Edit);
-        let entry = snapshot.entry_replacing_all(revision)?.to_bytes(id)?;
+        let (entry, words) = stored_form(&snapshot.entry_replacing_all(revision)?, id)?;
         let outcome = self
-            .try_append(snapshot, &entry, false, None, &summary(stats)?)
+            .try_append(snapshot, (&entry, &words), false, None, &summary(stats)?)
             .await?;
         self.appended(snapshot, outcome, summary).await
     }
@@ -1846,6 +1955,10 @@ impl AsyncSessionStore for Inner {
 
     async fn list(&self) -> Result<SessionList> {
         self.list_scoped(ListScope::Active).await
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.indexed.clone()
     }
 
     async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
@@ -2003,6 +2116,9 @@ impl AsyncSessionStore for Inner {
     /// version 2 as entries), and the summary counts what the log now holds. The
     /// transaction holds only while the row is still at the revision read; a save landing
     /// meanwhile makes it read again.
+    // Read, cut, then one transaction of three statements with their parameters, retried
+    // as a whole: splitting it would scatter one compare-and-swap.
+    #[allow(clippy::too_many_lines)]
     async fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         for _ in 0..3 {
             let cut = self
@@ -2022,18 +2138,17 @@ impl AsyncSessionStore for Inner {
             let Some((read, trimmed, head)) = cut else {
                 return Ok(0);
             };
-            let summary = serde_json::to_string(&StoredSummary::of(&SessionSummary::of(&head)))
-                .map_err(|source| Error::Encode {
-                    id: id.clone(),
-                    source,
-                })?;
+            let summary = serde_json::to_string(&StoredSummary::of(
+                &self.indexed.summary_of(&head),
+                &self.indexed,
+            ))
+            .map_err(|source| Error::Encode {
+                id: id.clone(),
+                source,
+            })?;
             let snapshot = trimmed.checkpoint.to_json_with_revision(oldest)?;
-            let mut revisions = Vec::with_capacity(trimmed.entries.len());
-            let mut records = Vec::with_capacity(trimmed.entries.len());
-            for entry in &trimmed.entries {
-                revisions.push(revision_column(id, entry.revision())?);
-                records.push(entry.to_bytes(id)?);
-            }
+            let checkpoint_words = search::words_of(trimmed.checkpoint.transcript());
+            let (revisions, records, words) = entry_rows(&trimmed.entries, id)?;
             let journal_bytes = to_i64(records.iter().map(|r| r.len() as u64).sum());
             let read = revision_column(id, read)?;
             let key = id.to_string();
@@ -2042,7 +2157,7 @@ impl AsyncSessionStore for Inner {
                     &client,
                     &format!(
                         "UPDATE {schema}.sessions
-                         SET snapshot = $2, journal_bytes = $3, summary = $4
+                         SET snapshot = $2, journal_bytes = $3, summary = $4, words = $6
                          WHERE id = $1 AND revision = $5"
                     ),
                 )
@@ -2055,8 +2170,9 @@ impl AsyncSessionStore for Inner {
                 let insert = prepared(
                     &client,
                     &format!(
-                        "INSERT INTO {schema}.entries (session_id, revision, record, format)
-                         SELECT $1, r, e, $4 FROM unnest($2::bigint[], $3::bytea[]) AS t (r, e)"
+                        "INSERT INTO {schema}.entries (session_id, revision, record, format, words)
+                         SELECT $1, r, e, $4, w
+                         FROM unnest($2::bigint[], $3::bytea[], $5::text[]) AS t (r, e, w)"
                     ),
                 )
                 .await?;
@@ -2065,7 +2181,17 @@ impl AsyncSessionStore for Inner {
                     .await
                     .map_err(|e| backend("start a trim", e))?;
                 let moved = tx
-                    .execute(&update, &[&key, &snapshot, &journal_bytes, &summary, &read])
+                    .execute(
+                        &update,
+                        &[
+                            &key,
+                            &snapshot,
+                            &journal_bytes,
+                            &summary,
+                            &read,
+                            &checkpoint_words,
+                        ],
+                    )
                     .await
                     .map_err(|e| backend("trim a session's history", e))?;
                 if moved != 1 {
@@ -2077,9 +2203,12 @@ impl AsyncSessionStore for Inner {
                 tx.execute(&clear, &[&key])
                     .await
                     .map_err(|e| backend("drop a session's entries", e))?;
-                tx.execute(&insert, &[&key, &revisions, &records, &ENTRY_FORMAT])
-                    .await
-                    .map_err(|e| backend("write a session's entries", e))?;
+                tx.execute(
+                    &insert,
+                    &[&key, &revisions, &records, &ENTRY_FORMAT, &words],
+                )
+                .await
+                .map_err(|e| backend("write a session's entries", e))?;
                 tx.commit().await.map_err(|e| backend("commit a trim", e))?;
                 Ok(true)
             });
@@ -2136,6 +2265,16 @@ impl AsyncSessionStore for Inner {
     async fn leases(&self) -> Result<Vec<Lease>> {
         self.live_leases().await
     }
+
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        self.search_indexed(query, filter, limit, after).await
+    }
 }
 
 /// The synchronous face: each call is the async operation, spawned onto the store's
@@ -2172,6 +2311,10 @@ impl SessionStore for PostgresSessionStore {
         let id = id.clone();
         telemetry::store_op("delete", "postgres", Some(&id))
             .run(|| self.run(|s| async move { s.delete(&id).await }))
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.inner.indexed.clone()
     }
 
     fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
@@ -2258,6 +2401,24 @@ impl SessionStore for PostgresSessionStore {
             .run(|| self.run(|s| async move { s.live_leases().await }))
     }
 
+    /// A full-text index (GIN, `to_tsvector('simple', …)` over each row's words) names
+    /// the sessions that may match; only their histories are read. A search of metadata
+    /// values reads every session's.
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        let (query, filter, after) = (query.clone(), filter.clone(), after.cloned());
+        telemetry::store_op("search", "postgres", None).run(|| {
+            self.run(|s| async move {
+                Box::pin(s.search_indexed(&query, &filter, limit, after.as_ref())).await
+            })
+        })
+    }
+
     /// The store itself: its async calls await the pool directly (see
     /// [`PostgresStoreBuilder::connect_async`]).
     fn into_async(self: Arc<Self>) -> Arc<dyn AsyncSessionStore> {
@@ -2302,6 +2463,10 @@ impl AsyncSessionStore for PostgresSessionStore {
         telemetry::store_op("delete", "postgres", Some(&id))
             .run_async(self.call(|s| async move { s.delete(&id).await }))
             .await
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.inner.indexed.clone()
     }
 
     async fn list_scoped(&self, scope: ListScope) -> Result<SessionList> {
@@ -2393,6 +2558,21 @@ impl AsyncSessionStore for PostgresSessionStore {
     async fn leases(&self) -> Result<Vec<Lease>> {
         telemetry::store_op("leases", "postgres", None)
             .run_async(self.call(|s| async move { s.live_leases().await }))
+            .await
+    }
+
+    async fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        let (query, filter, after) = (query.clone(), filter.clone(), after.cloned());
+        telemetry::store_op("search", "postgres", None)
+            .run_async(self.call(|s| async move {
+                Box::pin(s.search_indexed(&query, &filter, limit, after.as_ref())).await
+            }))
             .await
     }
 }

@@ -1,0 +1,544 @@
+//! Search across sessions: [`SearchQuery`] (words a message must hold), and what a search
+//! finds, a [`SearchPage`] of [`SessionHit`]s, each with its [`MessageHit`]s.
+//!
+//! Matching is the crate's, the same for every store: a message's searchable text is its
+//! text blocks and its tools' outputs (text, and the text blocks of block outputs); it is
+//! cut into words at every character that is not a letter or a digit
+//! (`char::is_alphanumeric`) and compared in lower case (`str::to_lowercase`). A message
+//! matches when every word of the query is one of its words, or, for a query word ending
+//! in `*`, begins one. A store with an index of its own uses it to find candidates and this
+//! matching to decide, so every store finds the same messages.
+
+use serde_json::Value;
+
+use super::filter::ListFilter;
+use super::listing::{ListCursor, SessionSummary};
+use super::{check_page_limit, AsyncSessionStore, SessionStore};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::snapshot::{History, Standing};
+use crate::transcript::{ContentBlock, Message, Role, ToolOutput};
+
+/// The most words a query holds.
+pub const MAX_QUERY_WORDS: usize = 32;
+
+/// The longest snippet a [`MessageHit`] carries, in characters.
+const SNIPPET_CHARS: usize = 160;
+
+/// What [`SessionStore::search`](crate::SessionStore::search) looks for: words that a
+/// message must all hold.
+///
+/// A message's searchable text ([`searchable_text`]) is its text blocks and its tools'
+/// outputs; it is cut into words at every character that is not a letter or a digit
+/// (`char::is_alphanumeric`), compared in lower case. A message matches when every word
+/// of the query is one of its words, or, for a query word ending in `*`, begins one. A
+/// store with an index of its own may use it to find candidates, but decides with this
+/// matching, so every store finds the same messages.
+///
+/// # Examples
+///
+/// ```
+/// use agent_session::{Message, SearchQuery};
+///
+/// let query = SearchQuery::new("Lock bug")?;
+/// assert!(query.matches_message(&Message::user("the lock-free queue had a bug")));
+/// assert!(!query.matches_message(&Message::user("a deadlock, not a bug")));
+/// assert!(SearchQuery::new("dead*")?.matches_message(&Message::user("a deadlock")));
+/// assert!(SearchQuery::new("  ,;  ").is_err());
+/// # Ok::<(), agent_session::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchQuery {
+    /// Lower-case words; a trailing `*` kept as [`Word::prefix`].
+    words: Vec<Word>,
+    in_metadata: bool,
+    view_only: bool,
+}
+
+/// One word of a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Word {
+    text: String,
+    prefix: bool,
+}
+
+impl SearchQuery {
+    /// The query of the words in `text`. A word followed by `*` matches the words it
+    /// begins.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `text` holds no word, or more than
+    /// [`MAX_QUERY_WORDS`].
+    pub fn new(text: &str) -> Result<Self> {
+        let mut words = Vec::new();
+        let mut rest = text;
+        while let Some(start) = rest.find(char::is_alphanumeric) {
+            rest = &rest[start..];
+            let end = rest
+                .find(|c: char| !c.is_alphanumeric())
+                .unwrap_or(rest.len());
+            let prefix = rest[end..].starts_with('*');
+            let word = Word {
+                text: rest[..end].to_lowercase(),
+                prefix,
+            };
+            if !words.contains(&word) {
+                words.push(word);
+            }
+            rest = &rest[end..];
+        }
+        if words.is_empty() {
+            return Err(Error::InvalidArgument {
+                reason: format!("the search {text:?} holds no word (letters or digits)"),
+            });
+        }
+        if words.len() > MAX_QUERY_WORDS {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "the search holds {} words: at most {MAX_QUERY_WORDS}",
+                    words.len()
+                ),
+            });
+        }
+        Ok(SearchQuery {
+            words,
+            in_metadata: false,
+            view_only: false,
+        })
+    }
+
+    /// Also match the session's metadata values (strings, and numbers as written), which
+    /// are not searched otherwise; a session whose metadata matches is a hit even without
+    /// a matching message ([`SessionHit::metadata_keys`]).
+    #[must_use]
+    pub fn in_metadata(mut self, yes: bool) -> Self {
+        self.in_metadata = yes;
+        self
+    }
+
+    /// Search only what the model sees now (the view), not what was rewound, compacted
+    /// away or replaced (searched by default: the history keeps it).
+    #[must_use]
+    pub fn view_only(mut self, yes: bool) -> Self {
+        self.view_only = yes;
+        self
+    }
+
+    /// The query's words, lower case (a prefix word with its `*`).
+    #[must_use]
+    pub fn words(&self) -> Vec<String> {
+        self.words
+            .iter()
+            .map(|w| {
+                if w.prefix {
+                    format!("{}*", w.text)
+                } else {
+                    w.text.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// Whether metadata values are searched ([`in_metadata`](Self::in_metadata)).
+    #[must_use]
+    pub fn searches_metadata(&self) -> bool {
+        self.in_metadata
+    }
+
+    /// Whether only the view is searched ([`view_only`](Self::view_only)).
+    #[must_use]
+    pub fn searches_view_only(&self) -> bool {
+        self.view_only
+    }
+
+    /// Whether `text` holds every word of the query.
+    #[must_use]
+    pub fn matches_text(&self, text: &str) -> bool {
+        let words: Vec<String> = words_of(text).map(str::to_lowercase).collect();
+        self.words.iter().all(|w| {
+            words.iter().any(|t| {
+                if w.prefix {
+                    t.starts_with(&w.text)
+                } else {
+                    *t == w.text
+                }
+            })
+        })
+    }
+
+    /// Whether `message`'s searchable text holds every word of the query.
+    #[must_use]
+    pub fn matches_message(&self, message: &Message) -> bool {
+        self.matches_text(&searchable_text(message))
+    }
+
+    /// The hits in `history` (only those in the view with
+    /// [`view_only`](Self::view_only)).
+    #[must_use]
+    pub fn hits_in(&self, history: &History) -> Vec<MessageHit> {
+        history
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !self.view_only || matches!(m.standing, Standing::InView { .. }))
+            .filter_map(|(position, m)| {
+                let text = searchable_text(&m.message);
+                self.matches_text(&text).then(|| MessageHit {
+                    position,
+                    standing: m.standing,
+                    role: m.message.role,
+                    snippet: self.snippet(&text),
+                })
+            })
+            .collect()
+    }
+
+    /// The top-level metadata keys of `metadata` whose values hold every word (strings,
+    /// and numbers and booleans as written), if metadata is searched.
+    #[must_use]
+    pub fn metadata_hits(&self, metadata: &serde_json::Map<String, Value>) -> Vec<String> {
+        if !self.in_metadata {
+            return Vec::new();
+        }
+        metadata
+            .iter()
+            .filter(|(_, value)| {
+                let mut text = String::new();
+                collect_scalars(value, &mut text);
+                self.matches_text(&text)
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Up to [`SNIPPET_CHARS`] characters of `text` around the first word that matches.
+    fn snippet(&self, text: &str) -> String {
+        let mut first = None;
+        let mut rest = text;
+        let mut offset = 0;
+        while let Some(start) = rest.find(char::is_alphanumeric) {
+            let end = rest[start..]
+                .find(|c: char| !c.is_alphanumeric())
+                .map_or(rest.len(), |e| start + e);
+            let word = rest[start..end].to_lowercase();
+            if self.words.iter().any(|w| {
+                if w.prefix {
+                    word.starts_with(&w.text)
+                } else {
+                    word == w.text
+                }
+            }) {
+                first = Some(offset + start);
+                break;
+            }
+            offset += end;
+            rest = &rest[end..];
+        }
+        let at = first.unwrap_or(0);
+        // Start a third of a snippet before the word, at a character boundary.
+        let before: Vec<(usize, char)> = text[..at].char_indices().collect();
+        let start = before
+            .len()
+            .checked_sub(SNIPPET_CHARS / 3)
+            .map_or(0, |i| before[i].0);
+        let snippet: String = text[start..].chars().take(SNIPPET_CHARS).collect();
+        let snippet = snippet.split_whitespace().collect::<Vec<_>>().join(" ");
+        if start > 0 {
+            format!("…{snippet}")
+        } else {
+            snippet
+        }
+    }
+}
+
+/// The words of `text`: its maximal runs of letters and digits.
+fn words_of(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+}
+
+/// What search reads of `message`: its text blocks and its tools' outputs, one per line.
+#[must_use]
+pub fn searchable_text(message: &Message) -> String {
+    let mut out = String::new();
+    let mut push = |text: &str| {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(text);
+    };
+    for block in &message.content {
+        match block {
+            ContentBlock::Text(t) => push(&t.text),
+            ContentBlock::ToolResult(result) => match &result.output {
+                ToolOutput::Text(text) => push(text),
+                ToolOutput::Blocks(blocks) => {
+                    for block in blocks {
+                        if let ContentBlock::Text(t) = block {
+                            push(&t.text);
+                        }
+                    }
+                }
+            },
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The strings, numbers and booleans in `value`, separated by newlines.
+fn collect_scalars(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Number(n) => {
+            out.push_str(&n.to_string());
+            out.push('\n');
+        }
+        Value::Bool(b) => {
+            out.push_str(if *b { "true\n" } else { "false\n" });
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_scalars(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_scalars(v, out)),
+        Value::Null => {}
+    }
+}
+
+/// A message that matched a search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MessageHit {
+    /// Where it is in the session's [`History::messages`] (oldest first).
+    pub position: usize,
+    /// Where it stands: in the view (at which index), or rewound, compacted away or
+    /// replaced.
+    pub standing: Standing,
+    /// Who said it.
+    pub role: Role,
+    /// Up to 160 characters of its text around the first matching word.
+    pub snippet: String,
+}
+
+/// A session a search found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionHit {
+    /// The session, as a listing shows it.
+    pub session: SessionSummary,
+    /// Its messages that matched, oldest first.
+    pub messages: Vec<MessageHit>,
+    /// Its top-level metadata keys whose values matched
+    /// ([`SearchQuery::in_metadata`]).
+    pub metadata_keys: Vec<String>,
+}
+
+/// One page of search results: sessions newest first (as listings order them), each with
+/// what matched.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct SearchPage {
+    /// The sessions found, at most the page's limit.
+    pub hits: Vec<SessionHit>,
+    /// Sessions that could not be read (they were not searched).
+    pub unreadable: Vec<Error>,
+    /// Where the next page starts, if the search went on past this one.
+    pub next: Option<ListCursor>,
+}
+
+impl SearchPage {
+    /// An empty page.
+    pub(crate) fn new() -> Self {
+        SearchPage::default()
+    }
+}
+
+/// A search's span counts the sessions found, never what matched.
+impl crate::telemetry::Traced for SearchPage {
+    #[inline]
+    fn trace(&self, span: &crate::telemetry::OpSpan) {
+        span.record_count("agent_session.sessions", self.hits.len());
+    }
+}
+
+/// The hit for `summary` whose history is `history`, if anything in it matched.
+pub(crate) fn hit(
+    query: &SearchQuery,
+    summary: SessionSummary,
+    history: &History,
+    metadata: &serde_json::Map<String, Value>,
+) -> Option<SessionHit> {
+    let messages = query.hits_in(history);
+    let metadata_keys = query.metadata_hits(metadata);
+    (!messages.is_empty() || !metadata_keys.is_empty()).then_some(SessionHit {
+        session: summary,
+        messages,
+        metadata_keys,
+    })
+}
+
+/// How many sessions a scan lists at a time.
+const SCAN_PAGE: usize = 100;
+
+/// The walk a scan makes: its listing's horizon (see [`ListCursor`]), fixed by the first
+/// page, and where it stands.
+fn walk_start(after: Option<&ListCursor>) -> chrono::DateTime<chrono::Utc> {
+    after.map_or_else(|| clock::horizon(chrono::Utc::now()), |c| c.position().2)
+}
+
+/// What a scan does with one session's outcome: a hit is kept, a session deleted meanwhile
+/// is skipped, any other failure is reported as unreadable.
+fn record(page: &mut SearchPage, outcome: Result<Option<SessionHit>>) {
+    match outcome {
+        Ok(Some(hit)) => page.hits.push(hit),
+        Ok(None) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => page.unreadable.push(e),
+    }
+}
+
+/// [`SessionStore::search`] by reading each listed session's history: what every store
+/// without an index of its own does. Its cost is a listing plus a history read per
+/// session searched.
+pub(crate) fn scan<S: SessionStore + ?Sized>(
+    store: &S,
+    query: &SearchQuery,
+    filter: &ListFilter,
+    limit: usize,
+    after: Option<&ListCursor>,
+) -> Result<SearchPage> {
+    check_page_limit(limit)?;
+    filter.check(&store.indexed_metadata())?;
+    let horizon = walk_start(after);
+    let mut page = SearchPage::new();
+    let mut after = after.cloned();
+    loop {
+        let listed = store.list_page_filtered(filter, SCAN_PAGE, after.as_ref())?;
+        page.unreadable.extend(listed.unreadable);
+        for summary in listed.sessions {
+            let cursor = ListCursor::after_in(&summary, horizon);
+            let id = summary.id.clone();
+            let outcome = store.history(&id).and_then(|history| {
+                let metadata = metadata_of(query, &id, |id| store.load(id))?;
+                Ok(hit(query, summary, &history, &metadata))
+            });
+            record(&mut page, outcome);
+            if page.hits.len() == limit {
+                page.next = Some(cursor);
+                return Ok(page);
+            }
+        }
+        match listed.next {
+            Some(next) => after = Some(next),
+            None => return Ok(page),
+        }
+    }
+}
+
+/// [`scan`] through the async calls.
+pub(crate) async fn scan_async<S: AsyncSessionStore + ?Sized>(
+    store: &S,
+    query: &SearchQuery,
+    filter: &ListFilter,
+    limit: usize,
+    after: Option<&ListCursor>,
+) -> Result<SearchPage> {
+    scan_async_where(store, query, filter, limit, after, |_| true).await
+}
+
+/// [`scan_async`], reading only the sessions `may_match` names (the others cannot match:
+/// an index of the store's said so).
+pub(crate) async fn scan_async_where<S: AsyncSessionStore + ?Sized>(
+    store: &S,
+    query: &SearchQuery,
+    filter: &ListFilter,
+    limit: usize,
+    after: Option<&ListCursor>,
+    may_match: impl Fn(&SessionId) -> bool + Send + Sync,
+) -> Result<SearchPage> {
+    check_page_limit(limit)?;
+    filter.check(&store.indexed_metadata())?;
+    let horizon = walk_start(after);
+    let mut page = SearchPage::new();
+    let mut after = after.cloned();
+    loop {
+        let listed = store
+            .list_page_filtered(filter, SCAN_PAGE, after.as_ref())
+            .await?;
+        page.unreadable.extend(listed.unreadable);
+        for summary in listed.sessions {
+            let cursor = ListCursor::after_in(&summary, horizon);
+            let id = summary.id.clone();
+            if !may_match(&id) {
+                continue;
+            }
+            let outcome = match store.history(&id).await {
+                Ok(history) => {
+                    let metadata = if query.in_metadata {
+                        store.load(&id).await.map(|s| s.metadata().clone())
+                    } else {
+                        Ok(serde_json::Map::new())
+                    };
+                    metadata.map(|metadata| hit(query, summary, &history, &metadata))
+                }
+                Err(e) => Err(e),
+            };
+            record(&mut page, outcome);
+            if page.hits.len() == limit {
+                page.next = Some(cursor);
+                return Ok(page);
+            }
+        }
+        match listed.next {
+            Some(next) => after = Some(next),
+            None => return Ok(page),
+        }
+    }
+}
+
+/// The session's metadata if the query searches it (read with `load`), else none.
+fn metadata_of(
+    query: &SearchQuery,
+    id: &SessionId,
+    load: impl FnOnce(&SessionId) -> Result<crate::SessionSnapshot>,
+) -> Result<serde_json::Map<String, Value>> {
+    if query.in_metadata {
+        Ok(load(id)?.metadata().clone())
+    } else {
+        Ok(serde_json::Map::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_letters_and_digits_compared_in_lower_case() {
+        let query = SearchQuery::new("ÜBER über, v2").expect("query");
+        assert_eq!(query.words(), ["über", "v2"]);
+        assert!(query.matches_text("Über alles (v2)"));
+        assert!(!query.matches_text("überall v2"), "whole words only");
+        assert!(SearchQuery::new("über*")
+            .expect("query")
+            .matches_text("ÜBERALL"));
+        assert!(SearchQuery::new(" - ; ").is_err());
+        let many: Vec<String> = (0..=MAX_QUERY_WORDS).map(|i| format!("w{i}")).collect();
+        assert!(SearchQuery::new(&many.join(" ")).is_err());
+    }
+
+    #[test]
+    fn a_snippet_cuts_at_character_boundaries_around_the_first_match() {
+        let text = format!("{} the lock bug {}", "🦀".repeat(200), "é".repeat(300));
+        let query = SearchQuery::new("lock").expect("query");
+        let snippet = query.snippet(&text);
+        assert!(snippet.starts_with('…'), "{snippet}");
+        assert!(snippet.contains("the lock bug"), "{snippet}");
+        assert!(snippet.chars().count() <= SNIPPET_CHARS + 1);
+        // No match (a metadata-only hit has no message): the text's start.
+        assert_eq!(query.snippet("nothing  here"), "nothing here");
+    }
+}
