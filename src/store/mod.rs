@@ -436,7 +436,11 @@ pub trait SessionStore: Send + Sync {
     /// ([`Error::Leased`]), and keeps the epoch when the session is deleted (so a writer
     /// fenced off stays fenced off when the id is used again). Leases fence saves; a
     /// [`restore`](Self::restore) is refused while a lease is live; the other lifecycle
-    /// operations (delete, archive, trim) are not fenced.
+    /// operations (delete, archive, trim) are not fenced. [`FileSessionStore`] makes a
+    /// lease's record durable before the first save under it, so after a power cut every
+    /// new epoch is above every one the session's data was saved under; a lease no save
+    /// was made under may have its epoch handed out again (its holder ended with the
+    /// power).
     ///
     /// # Errors
     ///

@@ -8,6 +8,15 @@
 //! check the lease: a takeover and a save never interleave. The record is not made
 //! durable by a directory fsync: a power loss ends every process, and so every lease,
 //! with it, so a record that a power loss takes back leaves no live holder behind.
+//!
+//! Its epoch is another matter: a record taken back lowers the session's epoch, and the
+//! next acquisition hands that epoch out again. So the first save under a lease (in each
+//! store object, with [`Durability::Sync`](super::Durability::Sync)) syncs the directory
+//! before it writes: a save's own writes may sync no directory (an append), and without
+//! that fsync a power loss could keep the save and take back the record it was made
+//! under. Then a power loss takes back only records no save was made under, and every
+//! lease taken after it has an epoch higher than every one the session's data was saved
+//! under (the crash model, `tests/crash_model.rs` beside this file, checks it).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -76,6 +85,10 @@ impl LeaseFile {
         }
     }
 }
+
+/// A lease whose record a store made durable before saving under it: its epoch and
+/// when it was acquired (a lease file removed by hand starts the epochs again).
+pub(super) type DurableLease = (u64, DateTime<Utc>);
 
 /// A session's lease as the files say: the record, and whether its holder's process
 /// still holds the file's lock.
@@ -204,11 +217,42 @@ impl FileSessionStore {
         })
     }
 
-    /// Whether `snapshot` may be saved as far as the session's lease goes. Under the write
-    /// lock.
+    /// Whether `snapshot` may be saved as far as the session's lease goes; for a save
+    /// under a lease, also makes the lease's record durable first (see the module docs).
+    /// Under the write lock.
     pub(super) fn check_lease(&self, snapshot: &SessionSnapshot) -> Result<()> {
-        let (record, live) = self.current_lease(snapshot.id())?;
-        lease_rules::check_save(snapshot, record.as_ref(), live)
+        let id = snapshot.id();
+        let (record, live) = self.current_lease(id)?;
+        lease_rules::check_save(snapshot, record.as_ref(), live)?;
+        match record {
+            Some(record) if snapshot.fence()?.is_some() && self.durable() => {
+                self.make_lease_durable(id, &record.lease)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Syncs the store directory, unless this store did for `lease` already: its record's
+    /// rename then survives a power loss, and so does its epoch.
+    fn make_lease_durable(&self, id: &SessionId, lease: &Lease) -> Result<()> {
+        let key = (lease.epoch, lease.acquired_at);
+        let mut durable = self
+            .durable_leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if durable.get(id) == Some(&key) {
+            return Ok(());
+        }
+        // Nothing is written yet: a failure leaves the session as it was.
+        self.fs.sync_dir(&self.root).map_err(|e| {
+            Error::io(
+                "sync the store directory (the lease record) before saving in",
+                &self.root,
+                e,
+            )
+        })?;
+        durable.insert(id.clone(), key);
+        Ok(())
     }
 
     /// Whether a write made without a lease (a restore) may go ahead. Under the write

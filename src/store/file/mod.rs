@@ -250,6 +250,9 @@ pub struct FileSessionStore {
     /// The lease files this store holds locked, one per session it leases: closing one
     /// (release, a new record, the store dropped, the process ended) ends the lease.
     held_leases: Mutex<HashMap<SessionId, std::fs::File>>,
+    /// For each session, the lease (epoch and acquisition time) whose record this store
+    /// made durable before saving under it; only taken under the write lock.
+    durable_leases: Mutex<HashMap<SessionId, lease::DurableLease>>,
 }
 
 /// Configures a [`FileSessionStore`]. Made by [`FileSessionStore::builder`].
@@ -388,6 +391,7 @@ impl FileSessionStore {
             listed: Mutex::new(HashMap::new()),
             revision_index: Mutex::new(HashMap::new()),
             held_leases: Mutex::new(HashMap::new()),
+            durable_leases: Mutex::new(HashMap::new()),
         };
         store.remove_leftover_temp_files()?;
         Ok(store)
