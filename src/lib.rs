@@ -111,14 +111,17 @@
 //! - `postgres`: `PostgresSessionStore`, for sessions shared by several machines
 //!   (async-native with `PostgresStoreBuilder::connect_async`; TLS through rustls,
 //!   certificates always verified).
+//! - `sqlite`: `SqliteSessionStore`, sessions in one SQLite database file for big stores
+//!   on one machine (SQLite compiled in: no system library needed; pages of a listing read
+//!   an index, whatever the store's size).
 //! - `async-openai-0_43`: `adapters::async_openai`, conversions between async-openai's
 //!   chat message types and [`Message`], through the OpenAI Chat codec.
 //! - `testing`: `agent_session::testing`, the store contract suite for custom stores.
 //! - `tracing`: [`tracing`](https://docs.rs/tracing) spans, at level `INFO`, with
 //!   OpenTelemetry field names. Without the feature they cost nothing.
 //!   - `agent_session.store`, one per operation of [`FileSessionStore`],
-//!     [`MemorySessionStore`] and `PostgresSessionStore`: `gen_ai.conversation.id` (the session id),
-//!     `agent_session.store` (`file`, `memory`, `postgres`), `agent_session.operation` (`save`,
+//!     [`MemorySessionStore`], `PostgresSessionStore` and `SqliteSessionStore`: `gen_ai.conversation.id` (the session id),
+//!     `agent_session.store` (`file`, `memory`, `postgres`, `sqlite`), `agent_session.operation` (`save`,
 //!     `load`, `list`, `restore`, …, the method's name), `agent_session.revision`,
 //!     `agent_session.bytes_read` and `agent_session.bytes_written` (when any; for
 //!     PostgreSQL, the bytes of the rows fetched and of the snapshots and entries sent),
@@ -212,6 +215,9 @@ pub use usage::{Cost, Usage, UsageTotals};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_SCHEMA};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use store::{SqliteSessionStore, SqliteStoreBuilder};
 
 /// The README's examples, compiled and run as doc tests so they cannot drift.
 #[doc = include_str!("../README.md")]

@@ -1,7 +1,8 @@
 //! The `SessionStore` contract (`agent_session::testing`), checked the same way against
 //! every store the crate ships: `MemorySessionStore`, `FileSessionStore`,
 //! `PostgresSessionStore` (feature `postgres`, against the server in
-//! `AGENT_SESSION_POSTGRES_URL`: run `scripts/test`), and each again behind
+//! `AGENT_SESSION_POSTGRES_URL`: run `scripts/test`), `SqliteSessionStore` (feature
+//! `sqlite`), and each again behind
 //! `Arc<dyn SessionStore>`; every case must run (the crate's stores archive, skip
 //! unchanged saves and keep the history). Then the suite's own negative controls: a
 //! wrapper that forgets to forward a provided method fails it, and so does one that drops
@@ -97,6 +98,33 @@ fn arc_dyn_postgres_store_meets_the_contract() {
                 agent_session::PostgresSessionStore::builder().index_metadata(indexed()),
             ),
         )
+    });
+}
+
+/// Every store `make` returns is a fresh database file of its own.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_store_meets_the_contract() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let n = AtomicUsize::new(0);
+    contract(|| {
+        let path = dir
+            .path()
+            .join(format!("store-{}.db", n.fetch_add(1, Ordering::Relaxed)));
+        agent_session::SqliteSessionStore::open(path).expect("open SQLite store")
+    });
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn arc_dyn_sqlite_store_meets_the_contract() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let n = AtomicUsize::new(0);
+    contract(|| -> Arc<dyn SessionStore> {
+        let path = dir
+            .path()
+            .join(format!("store-{}.db", n.fetch_add(1, Ordering::Relaxed)));
+        Arc::new(agent_session::SqliteSessionStore::open(path).expect("open SQLite store"))
     });
 }
 

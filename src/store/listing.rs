@@ -236,7 +236,6 @@ impl ListCursor {
 
     /// The time and id of the session the cursor names, and the walk's latest plausible
     /// time, for stores paging from an index.
-    #[cfg(feature = "postgres")]
     pub(crate) fn position(&self) -> (DateTime<Utc>, &SessionId, DateTime<Utc>) {
         (self.updated_at, &self.id, self.horizon)
     }

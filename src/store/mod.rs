@@ -14,6 +14,8 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub(crate) mod search;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 // For the links in the docs: the defaults' errors come from `head_only`.
 #[cfg(doc)]
@@ -39,6 +41,8 @@ pub use postgres::{PostgresSessionStore, PostgresStoreBuilder, DEFAULT_POSTGRES_
 pub use search::{
     searchable_text, MessageHit, SearchPage, SearchQuery, SessionHit, MAX_QUERY_WORDS,
 };
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteSessionStore, SqliteStoreBuilder};
 
 /// The default largest snapshot a store reads or writes: 256 MiB (for the file store, the
 /// size of a snapshot file; for the PostgreSQL store, of a row's snapshot).

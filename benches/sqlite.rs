@@ -1,0 +1,292 @@
+//! `SqliteSessionStore` benchmarks (issue 18), each beside what it is compared with in
+//! the same run, through the public API as a harness uses it.
+//!
+//! ```text
+//! cargo bench --bench sqlite --features sqlite             # everything (builds 2 x 100,000 sessions)
+//! cargo bench --bench sqlite --features sqlite -- --quick  # criterion's quick mode
+//! cargo bench --bench sqlite --features sqlite -- load     # one group: list_page, append_turn or load
+//! AGENT_SESSION_BENCH_SESSIONS=10000 cargo bench --bench sqlite --features sqlite -- list_page
+//! ```
+//!
+//! - `list_page/sqlite/first` and `…/deep`: `list_page(50)` at 100,000 sessions (of two
+//!   messages each), the first page and a page from a cursor halfway down; target ≤ 2 ms.
+//!   `list_page/file_store/first`: the same page of a `FileSessionStore` holding the same
+//!   sessions (which reads every session's summary file for a page). Both stores are
+//!   built once per run in a temporary directory (with `Durability::Buffered`, to build
+//!   them quickly; a listing reads the same files either way).
+//! - `append_turn/sqlite/10000`: one more turn (user, tool call, tool result:
+//!   `make_transcript.py 0 --append-turn`) onto a session of 10,000 messages, loaded once
+//!   and then extended and saved turn after turn (`Durability::Sync`: WAL, synchronous =
+//!   FULL). `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
+//!   the store writes) appended to an open file + `fdatasync`. Target ≤ 2×.
+//! - `load/sqlite/10000` and `load/file_store/10000`: the load of 10,000 messages saved
+//!   turn by turn, as an agent leaves them (a checkpoint of the first turn and one entry
+//!   per turn in both stores); `…_whole/10000`: the same messages saved at once (one
+//!   checkpoint). Target ≤ 1.2× the file store.
+//!
+//! Shared, noisy machines: compare the ratios within a run, not times across runs.
+
+use std::cell::OnceCell;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent_session::{
+    Durability, FileSessionStore, ListCursor, Message, Role, SessionId, SessionSnapshot,
+    SessionStore, SqliteSessionStore, Usage,
+};
+use chrono::Utc;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
+
+#[path = "support/workload.rs"]
+#[allow(dead_code)] // the file-transcript helpers are for the other bench
+mod workload;
+
+const MODEL: &str = "bench-model";
+const MESSAGES: usize = 10_000;
+const PAGE: usize = 50;
+const LIST_SESSIONS: usize = 100_000;
+
+fn list_sessions() -> usize {
+    std::env::var("AGENT_SESSION_BENCH_SESSIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(LIST_SESSIONS)
+}
+
+fn to_messages(wire: &[serde_json::Value]) -> Vec<Message> {
+    wire.iter()
+        .map(|m| Message::from_openai_chat(m).expect("workload messages are valid OpenAI chat"))
+        .collect()
+}
+
+fn usage_of(transcript: &[Message]) -> Vec<Usage> {
+    transcript
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .map(|_| Usage::new(MODEL).with_tokens(12_000, 300))
+        .collect()
+}
+
+fn snapshot(id: &str, transcript: Vec<Message>) -> SessionSnapshot {
+    let usage = usage_of(&transcript);
+    SessionSnapshot::builder(SessionId::parse(id).expect("valid id"), MODEL)
+        .transcript(transcript)
+        .usage(usage)
+        .build()
+        .expect("workload transcripts pair every tool call")
+}
+
+fn with_turn(snapshot: SessionSnapshot, turn: Vec<Message>) -> SessionSnapshot {
+    let later = (snapshot.updated_at() + chrono::TimeDelta::microseconds(1)).max(Utc::now());
+    let usage = usage_of(&turn);
+    snapshot
+        .with_appended(turn, usage, later)
+        .expect("a turn pairs its tool calls")
+}
+
+fn turns_of(transcript: Vec<Message>) -> Vec<Vec<Message>> {
+    let mut turns: Vec<Vec<Message>> = Vec::new();
+    for message in transcript {
+        match turns.last_mut() {
+            Some(turn) if message.role != Role::User => turn.push(message),
+            _ => turns.push(vec![message]),
+        }
+    }
+    turns
+}
+
+/// Saves session `id` into `store` turn by turn, as an agent does; returns it as stored.
+fn save_turn_by_turn(
+    store: &dyn SessionStore,
+    id: &str,
+    transcript: Vec<Message>,
+) -> SessionSnapshot {
+    let mut turns = turns_of(transcript).into_iter();
+    let first = snapshot(id, turns.next().unwrap_or_default());
+    store.save(&first).expect("save the first turn");
+    let mut current = store.load(first.id()).expect("load the first turn");
+    for turn in turns {
+        current = with_turn(current, turn);
+        let revision = store.save(&current).expect("save a turn");
+        current = current.stored_at(revision);
+    }
+    current
+}
+
+fn private_dir(root: &Path, name: &str) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&dir)
+        .expect("mkdir");
+    dir
+}
+
+fn list_page(c: &mut Criterion) {
+    let sessions = list_sessions();
+    let root = tempfile::tempdir().expect("tempdir");
+    let template = to_messages(&workload::transcript(2));
+    let built: OnceCell<(SqliteSessionStore, FileSessionStore)> = OnceCell::new();
+    let stores = || {
+        built.get_or_init(|| {
+            let started = Instant::now();
+            let sqlite = SqliteSessionStore::builder()
+                .durability(Durability::Buffered)
+                .open(root.path().join("db").join("sessions.db"))
+                .expect("open");
+            let file = FileSessionStore::builder()
+                .durability(Durability::Buffered)
+                .open(private_dir(root.path(), "files"))
+                .expect("open");
+            for i in 0..sessions {
+                sqlite
+                    .save(&snapshot(&format!("s{i:06}"), template.clone()))
+                    .expect("save");
+            }
+            eprintln!(
+                "list_page: {sessions} SQLite sessions built in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            let started = Instant::now();
+            for i in 0..sessions {
+                file.save(&snapshot(&format!("s{i:06}"), template.clone()))
+                    .expect("save");
+            }
+            eprintln!(
+                "list_page: {sessions} file-store sessions built in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            (sqlite, file)
+        })
+    };
+    let mut group = c.benchmark_group("list_page");
+    group.bench_function(BenchmarkId::new("sqlite", "first"), |b| {
+        let (sqlite, _) = stores();
+        b.iter(|| {
+            let page = sqlite.list_page(PAGE, None).expect("page");
+            assert_eq!(page.sessions.len(), PAGE);
+            page
+        });
+    });
+    group.bench_function(BenchmarkId::new("sqlite", "deep"), |b| {
+        let (sqlite, _) = stores();
+        // A cursor halfway down the listing.
+        let mut cursor: Option<ListCursor> = None;
+        let middle = sqlite.list_page(sessions / 2, None).expect("page");
+        if let Some(last) = middle.sessions.last() {
+            cursor = Some(ListCursor::after(last));
+        }
+        b.iter(|| {
+            let page = sqlite.list_page(PAGE, cursor.as_ref()).expect("page");
+            assert_eq!(page.sessions.len(), PAGE);
+            page
+        });
+    });
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(5));
+    group.bench_function(BenchmarkId::new("file_store", "first"), |b| {
+        let (_, file) = stores();
+        b.iter(|| {
+            let page = file.list_page(PAGE, None).expect("page");
+            assert_eq!(page.sessions.len(), PAGE);
+            page
+        });
+    });
+    group.finish();
+}
+
+fn append_turn(c: &mut Criterion) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = SqliteSessionStore::open(root.path().join("db").join("sessions.db")).expect("open");
+    let base = snapshot("bench", to_messages(&workload::transcript(MESSAGES)));
+    store.save(&base).expect("save");
+    let turn = to_messages(&workload::append_turn());
+    let loaded = store.load(base.id()).expect("load");
+    let entry_bytes = with_turn(loaded.clone(), turn.clone())
+        .pending_entry()
+        .expect("a turn is an entry")
+        .to_bytes(base.id())
+        .expect("encode");
+    // Owned, never cloned: a clone shares the transcript, and extending it would copy
+    // all 10,000 messages (what a harness, which extends its own session, never does).
+    let mut current = Some(loaded);
+    let mut group = c.benchmark_group("append_turn");
+    group.bench_function(BenchmarkId::new("sqlite", MESSAGES), |b| {
+        b.iter(|| {
+            let next = with_turn(current.take().expect("the session"), turn.clone());
+            let revision = store.save(&next).expect("save a turn");
+            current = Some(next.stored_at(revision));
+        });
+    });
+    let mut journal = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(private_dir(root.path(), "raw").join("journal"))
+        .expect("open journal");
+    group.bench_function("baseline_append_fdatasync", |b| {
+        b.iter(|| {
+            journal.write_all(&entry_bytes).expect("append");
+            journal.sync_data().expect("fdatasync");
+        });
+    });
+    group.finish();
+    eprintln!(
+        "append_turn: the turn's entry is {} bytes; the session reached {} messages",
+        entry_bytes.len(),
+        current.as_ref().map_or(0, |s| s.transcript().len())
+    );
+}
+
+fn load(c: &mut Criterion) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let sqlite = SqliteSessionStore::builder()
+        .durability(Durability::Buffered)
+        .open(root.path().join("db").join("sessions.db"))
+        .expect("open");
+    let file = FileSessionStore::builder()
+        .durability(Durability::Buffered)
+        .open(private_dir(root.path(), "files"))
+        .expect("open");
+    let transcript = to_messages(&workload::transcript(MESSAGES));
+    let id = SessionId::parse("bench").expect("id");
+    let whole = SessionId::parse("whole").expect("id");
+    for store in [&sqlite as &dyn SessionStore, &file] {
+        save_turn_by_turn(store, "bench", transcript.clone());
+        store
+            .save(&snapshot("whole", transcript.clone()))
+            .expect("save");
+    }
+    let mut group = c.benchmark_group("load");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function(BenchmarkId::new("sqlite", MESSAGES), |b| {
+        b.iter(|| sqlite.load(&id).expect("load"));
+    });
+    group.bench_function(BenchmarkId::new("file_store", MESSAGES), |b| {
+        b.iter(|| file.load(&id).expect("load"));
+    });
+    group.bench_function(BenchmarkId::new("sqlite_whole", MESSAGES), |b| {
+        b.iter(|| sqlite.load(&whole).expect("load"));
+    });
+    group.bench_function(BenchmarkId::new("file_store_whole", MESSAGES), |b| {
+        b.iter(|| file.load(&whole).expect("load"));
+    });
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = list_page, append_turn, load
+}
+criterion_main!(benches);

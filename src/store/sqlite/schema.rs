@@ -1,0 +1,126 @@
+//! The database's tables (`docs/FORMAT.md`, "SQLite store layout"), their version, and
+//! the migration made at every open.
+
+use rusqlite::{OptionalExtension, Transaction};
+
+use super::db::Db;
+use crate::error::{Error, Result};
+
+/// The version of the tables this release makes and reads, recorded in `store_version`.
+pub(super) const TABLES_VERSION: i64 = 1;
+
+/// The tables of version 1. Every table is `STRICT`, so a value of the wrong type is
+/// refused when written rather than met when read. The checkpoint's bytes have a table
+/// of their own: SQLite rewrites a whole row when any column changes, so an append (which
+/// updates the session's row) must not rewrite a checkpoint of megabytes, and a listing
+/// reads small rows.
+const CREATE_TABLES: &str = "
+CREATE TABLE IF NOT EXISTS store_version (
+    version INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT NOT NULL PRIMARY KEY,
+    revision INTEGER NOT NULL CHECK (revision > 0),
+    created_ns INTEGER NOT NULL,
+    updated_ns INTEGER NOT NULL,
+    archived INTEGER NOT NULL DEFAULT 0 CHECK (archived IN (0, 1)),
+    state_counts TEXT NOT NULL,
+    checkpoint_revision INTEGER NOT NULL CHECK (checkpoint_revision > 0),
+    entry_bytes INTEGER NOT NULL DEFAULT 0,
+    shares_parent TEXT,
+    shares_revision INTEGER,
+    summary TEXT NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    session_id TEXT NOT NULL PRIMARY KEY,
+    checkpoint BLOB NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS sessions_listing
+    ON sessions (archived, updated_ns DESC, id DESC);
+CREATE INDEX IF NOT EXISTS sessions_sharing
+    ON sessions (shares_parent) WHERE shares_parent IS NOT NULL;
+CREATE TABLE IF NOT EXISTS entries (
+    session_id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    entry BLOB NOT NULL,
+    PRIMARY KEY (session_id, revision)
+) STRICT;
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT NOT NULL PRIMARY KEY,
+    epoch INTEGER NOT NULL CHECK (epoch > 0),
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    acquired_ns INTEGER NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    released INTEGER NOT NULL CHECK (released IN (0, 1))
+) STRICT;
+";
+
+/// Creates the tables if the database has none, and refuses tables a newer release
+/// made. One write transaction, so stores opened at once take turns.
+///
+/// # Errors
+///
+/// [`Error::UnsupportedSchemaVersion`] for tables of a newer version; a corrupt-kind
+/// error for a file that is not a database; [`Error::Busy`] if another connection keeps
+/// the database locked past the busy timeout.
+pub(super) fn migrate(db: &Db) -> Result<()> {
+    db.write(|tx| {
+        match stored_version(db, tx)? {
+            Some(version) if version == TABLES_VERSION => return Ok(()),
+            Some(version) if version > TABLES_VERSION || version < 1 => {
+                return Err(Error::UnsupportedSchemaVersion {
+                    location: db.location(),
+                    found: u64::try_from(version).unwrap_or(0),
+                    oldest: 1,
+                    supported: u32::try_from(TABLES_VERSION).unwrap_or(0),
+                });
+            }
+            // A version between 1 and this one: nothing older than 1 exists yet.
+            Some(_) => return Ok(()),
+            None => {}
+        }
+        tx.execute_batch(CREATE_TABLES)
+            .map_err(|e| db.fail("create the store's tables", e))?;
+        tx.execute(
+            "INSERT INTO store_version (version) VALUES (?1)",
+            [TABLES_VERSION],
+        )
+        .map_err(|e| db.fail("record the store's version", e))?;
+        Ok(())
+    })
+}
+
+/// The version in `store_version`; `None` for a database without the store's tables.
+fn stored_version(db: &Db, tx: &Transaction<'_>) -> Result<Option<i64>> {
+    let has_table: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'store_version')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| db.fail("read the store's version", e))?;
+    if !has_table {
+        let other_tables: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'sessions')",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(|e| db.fail("read the database's tables", e))?;
+        if other_tables {
+            return Err(Error::inconsistent(
+                "the database has a `sessions` table but no `store_version`: it was not made by SqliteSessionStore; give the store a database of its own",
+            )
+            .at(&db.location()));
+        }
+        return Ok(None);
+    }
+    tx.query_row("SELECT max(version) FROM store_version", [], |row| {
+        row.get::<_, Option<i64>>(0)
+    })
+    .optional()
+    .map(Option::flatten)
+    .map_err(|e| db.fail("read the store's version", e))
+}
