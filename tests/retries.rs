@@ -389,10 +389,12 @@ mod cut_proxy {
         std::thread::spawn(move || {
             let mut buffer = vec![0; 64 * 1024];
             while let Ok(n @ 1..) = client_in.read(&mut buffer) {
+                // Marked before it is passed on: the reply can come back (and be read by
+                // the other thread) before this thread runs again.
+                let _ = up_state.compare_exchange(ARMED, SENT, Ordering::SeqCst, Ordering::SeqCst);
                 if server_out.write_all(&buffer[..n]).is_err() {
                     break;
                 }
-                let _ = up_state.compare_exchange(ARMED, SENT, Ordering::SeqCst, Ordering::SeqCst);
             }
             let _ = server_out.shutdown(Shutdown::Both);
         });
