@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::filter::ListFilter;
 use super::listing::{ListCursor, SessionSummary};
-use super::{check_page_limit, AsyncSessionStore, SessionStore};
+use super::{check_page_limit, ready, AsyncSessionStore, InlineStore, SessionStore};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
@@ -73,21 +73,14 @@ impl SearchQuery {
     /// [`MAX_QUERY_WORDS`].
     pub fn new(text: &str) -> Result<Self> {
         let mut words = Vec::new();
-        let mut rest = text;
-        while let Some(start) = rest.find(char::is_alphanumeric) {
-            rest = &rest[start..];
-            let end = rest
-                .find(|c: char| !c.is_alphanumeric())
-                .unwrap_or(rest.len());
-            let prefix = rest[end..].starts_with('*');
+        for (start, word) in word_spans(text) {
             let word = Word {
-                text: rest[..end].to_lowercase(),
-                prefix,
+                text: word.to_lowercase(),
+                prefix: text[start + word.len()..].starts_with('*'),
             };
             if !words.contains(&word) {
                 words.push(word);
             }
-            rest = &rest[end..];
         }
         if words.is_empty() {
             return Err(Error::InvalidArgument {
@@ -156,16 +149,16 @@ impl SearchQuery {
     /// Whether `text` holds every word of the query.
     #[must_use]
     pub fn matches_text(&self, text: &str) -> bool {
-        let words: Vec<String> = words_of(text).map(str::to_lowercase).collect();
-        self.words.iter().all(|w| {
-            words.iter().any(|t| {
-                if w.prefix {
-                    t.starts_with(&w.text)
-                } else {
-                    *t == w.text
-                }
-            })
-        })
+        let words: Vec<String> = word_spans(text).map(|(_, w)| w.to_lowercase()).collect();
+        self.words
+            .iter()
+            .all(|w| words.iter().any(|t| w.matches(t)))
+    }
+
+    /// The query's words as an index is asked for them: each lower case, and whether it
+    /// is a prefix.
+    pub(crate) fn terms(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.words.iter().map(|w| (w.text.as_str(), w.prefix))
     }
 
     /// Whether `message`'s searchable text holds every word of the query.
@@ -215,27 +208,10 @@ impl SearchQuery {
 
     /// Up to [`SNIPPET_CHARS`] characters of `text` around the first word that matches.
     fn snippet(&self, text: &str) -> String {
-        let mut first = None;
-        let mut rest = text;
-        let mut offset = 0;
-        while let Some(start) = rest.find(char::is_alphanumeric) {
-            let end = rest[start..]
-                .find(|c: char| !c.is_alphanumeric())
-                .map_or(rest.len(), |e| start + e);
-            let word = rest[start..end].to_lowercase();
-            if self.words.iter().any(|w| {
-                if w.prefix {
-                    word.starts_with(&w.text)
-                } else {
-                    word == w.text
-                }
-            }) {
-                first = Some(offset + start);
-                break;
-            }
-            offset += end;
-            rest = &rest[end..];
-        }
+        let first = word_spans(text).find_map(|(start, word)| {
+            let word = word.to_lowercase();
+            self.words.iter().any(|w| w.matches(&word)).then_some(start)
+        });
         let at = first.unwrap_or(0);
         // Start a third of a snippet before the word, at a character boundary.
         let before: Vec<(usize, char)> = text[..at].char_indices().collect();
@@ -253,10 +229,30 @@ impl SearchQuery {
     }
 }
 
-/// The words of `text`: its maximal runs of letters and digits.
-fn words_of(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
+impl Word {
+    /// Whether `word` (lower case) is this word, or begins with it for a prefix.
+    fn matches(&self, word: &str) -> bool {
+        if self.prefix {
+            word.starts_with(&self.text)
+        } else {
+            word == self.text
+        }
+    }
+}
+
+/// The words of `text` (its maximal runs of letters and digits), each with its byte
+/// offset: the one way text is cut into words, for queries, messages, snippets and
+/// indexes alike.
+pub(crate) fn word_spans(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut rest = 0;
+    std::iter::from_fn(move || {
+        let start = rest + text[rest..].find(char::is_alphanumeric)?;
+        let end = text[start..]
+            .find(|c: char| !c.is_alphanumeric())
+            .map_or(text.len(), |len| start + len);
+        rest = end;
+        Some((start, &text[start..end]))
+    })
 }
 
 /// What search reads of `message`: its text blocks and its tools' outputs, one per line.
@@ -349,13 +345,6 @@ pub struct SearchPage {
     pub next: Option<ListCursor>,
 }
 
-impl SearchPage {
-    /// An empty page.
-    pub(crate) fn new() -> Self {
-        SearchPage::default()
-    }
-}
-
 /// A search's span counts the sessions found, never what matched.
 impl crate::telemetry::Traced for SearchPage {
     #[inline]
@@ -365,7 +354,7 @@ impl crate::telemetry::Traced for SearchPage {
 }
 
 /// The hit for `summary` whose history is `history`, if anything in it matched.
-pub(crate) fn hit(
+fn hit(
     query: &SearchQuery,
     summary: SessionSummary,
     history: &History,
@@ -402,7 +391,8 @@ fn record(page: &mut SearchPage, outcome: Result<Option<SessionHit>>) {
 
 /// [`SessionStore::search`] by reading each listed session's history: what every store
 /// without an index of its own does. Its cost is a listing plus a history read per
-/// session searched.
+/// session searched. The one implementation is [`scan_async_where`]'s, run here on the
+/// synchronous calls (as the lifecycle workflows are, see [`ready`]).
 pub(crate) fn scan<S: SessionStore + ?Sized>(
     store: &S,
     query: &SearchQuery,
@@ -410,32 +400,7 @@ pub(crate) fn scan<S: SessionStore + ?Sized>(
     limit: usize,
     after: Option<&ListCursor>,
 ) -> Result<SearchPage> {
-    check_page_limit(limit)?;
-    filter.check(&store.indexed_metadata())?;
-    let horizon = walk_start(after);
-    let mut page = SearchPage::new();
-    let mut after = after.cloned();
-    loop {
-        let listed = store.list_page_filtered(filter, SCAN_PAGE, after.as_ref())?;
-        page.unreadable.extend(listed.unreadable);
-        for summary in listed.sessions {
-            let cursor = ListCursor::after_in(&summary, horizon);
-            let id = summary.id.clone();
-            let outcome = store.history(&id).and_then(|history| {
-                let metadata = metadata_of(query, &id, |id| store.load(id))?;
-                Ok(hit(query, summary, &history, &metadata))
-            });
-            record(&mut page, outcome);
-            if page.hits.len() == limit {
-                page.next = Some(cursor);
-                return Ok(page);
-            }
-        }
-        match listed.next {
-            Some(next) => after = Some(next),
-            None => return Ok(page),
-        }
-    }
+    ready(scan_async(&InlineStore(store), query, filter, limit, after))
 }
 
 /// [`scan`] through the async calls.
@@ -462,7 +427,7 @@ pub(crate) async fn scan_async_where<S: AsyncSessionStore + ?Sized>(
     check_page_limit(limit)?;
     filter.check(&store.indexed_metadata())?;
     let horizon = walk_start(after);
-    let mut page = SearchPage::new();
+    let mut page = SearchPage::default();
     let mut after = after.cloned();
     loop {
         let listed = store
@@ -471,22 +436,10 @@ pub(crate) async fn scan_async_where<S: AsyncSessionStore + ?Sized>(
         page.unreadable.extend(listed.unreadable);
         for summary in listed.sessions {
             let cursor = ListCursor::after_in(&summary, horizon);
-            let id = summary.id.clone();
-            if !may_match(&id) {
+            if !may_match(&summary.id) {
                 continue;
             }
-            let outcome = match store.history(&id).await {
-                Ok(history) => {
-                    let metadata = if query.in_metadata {
-                        store.load(&id).await.map(|s| s.metadata().clone())
-                    } else {
-                        Ok(serde_json::Map::new())
-                    };
-                    metadata.map(|metadata| hit(query, summary, &history, &metadata))
-                }
-                Err(e) => Err(e),
-            };
-            record(&mut page, outcome);
+            record(&mut page, session_hit(store, query, summary).await);
             if page.hits.len() == limit {
                 page.next = Some(cursor);
                 return Ok(page);
@@ -499,17 +452,20 @@ pub(crate) async fn scan_async_where<S: AsyncSessionStore + ?Sized>(
     }
 }
 
-/// The session's metadata if the query searches it (read with `load`), else none.
-fn metadata_of(
+/// The hit for the listed session `summary`, if anything of it matches: its history
+/// read, and its metadata if the query searches it.
+async fn session_hit<S: AsyncSessionStore + ?Sized>(
+    store: &S,
     query: &SearchQuery,
-    id: &SessionId,
-    load: impl FnOnce(&SessionId) -> Result<crate::SessionSnapshot>,
-) -> Result<serde_json::Map<String, Value>> {
-    if query.in_metadata {
-        Ok(load(id)?.metadata().clone())
+    summary: SessionSummary,
+) -> Result<Option<SessionHit>> {
+    let history = store.history(&summary.id).await?;
+    let metadata = if query.in_metadata {
+        store.load(&summary.id).await?.metadata().clone()
     } else {
-        Ok(serde_json::Map::new())
-    }
+        serde_json::Map::new()
+    };
+    Ok(hit(query, summary, &history, &metadata))
 }
 
 #[cfg(test)]

@@ -687,18 +687,6 @@ impl SessionStore for FileSessionStore {
             .run(|| super::search::scan(self, query, filter, limit, after))
     }
 
-    /// As [`list_scoped`](SessionStore::list_scoped), filtered: from the summary files
-    /// (which carry the indexed metadata), never transcripts where those are current.
-    fn list_filtered(&self, filter: &ListFilter) -> Result<SessionList> {
-        telemetry::store_op("list_filtered", "file", None).run(|| {
-            filter.check(&self.indexed)?;
-            self.check_root()?;
-            let mut listing = self.list_in(filter.list_scope())?;
-            listing.sessions.retain(|s| filter.matches(s));
-            Ok(listing)
-        })
-    }
-
     /// Deletes the session's files (a symbolic link in their place is removed, not
     /// followed) and fsyncs the directory. The snapshot goes first: a journal left by a
     /// crash halfway is ignored, because it names a base that no longer exists.

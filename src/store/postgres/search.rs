@@ -40,11 +40,7 @@ pub(super) fn words_of(messages: &[Message]) -> String {
     let mut words = BTreeSet::new();
     for message in messages {
         let text = search::searchable_text(message);
-        for word in text.split(|c: char| !c.is_alphanumeric()) {
-            if !word.is_empty() {
-                words.insert(word.to_lowercase());
-            }
-        }
+        words.extend(search::word_spans(&text).map(|(_, word)| word.to_lowercase()));
     }
     words.into_iter().collect::<Vec<_>>().join(" ")
 }
@@ -53,11 +49,13 @@ pub(super) fn words_of(messages: &[Message]) -> String {
 /// `:*`). The words are letters and digits only, so nothing in them is `tsquery` syntax.
 fn ts_query(query: &SearchQuery) -> String {
     query
-        .words()
-        .iter()
-        .map(|w| match w.strip_suffix('*') {
-            Some(prefix) => format!("{prefix}:*"),
-            None => w.clone(),
+        .terms()
+        .map(|(word, prefix)| {
+            if prefix {
+                format!("{word}:*")
+            } else {
+                word.to_owned()
+            }
         })
         .collect::<Vec<_>>()
         .join(" & ")
