@@ -57,6 +57,20 @@ pub(crate) fn check_save(
     }
 }
 
+/// [`check_save`] for a store whose lease is live by its record alone (not released, not
+/// expired at `now`).
+///
+/// # Errors
+///
+/// As [`check_save`].
+pub(crate) fn check_save_at(
+    snapshot: &SessionSnapshot,
+    record: Option<&LeaseRecord>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    check_save(snapshot, record, record.is_some_and(|r| r.is_live_at(now)))
+}
+
 /// Whether a write made without a lease (a save without one, a store-level
 /// [`restore`](crate::SessionStore::restore)) may go ahead: only while no lease is live.
 ///
@@ -103,6 +117,26 @@ pub(crate) fn acquire(
         },
         released: false,
     })
+}
+
+/// [`acquire`] for a store whose lease is live by its record alone.
+///
+/// # Errors
+///
+/// As [`acquire`].
+pub(crate) fn acquire_at(
+    id: &SessionId,
+    request: &LeaseRequest,
+    record: Option<&LeaseRecord>,
+    now: DateTime<Utc>,
+) -> Result<LeaseRecord> {
+    acquire(
+        id,
+        request,
+        record,
+        record.is_some_and(|r| r.is_live_at(now)),
+        now,
+    )
 }
 
 /// The record of `lease` renewed at `now` for `ttl`.

@@ -120,8 +120,7 @@ impl Inner {
         let id = id.clone();
         let request = request.clone();
         Box::pin(self.with_lease(id.clone(), true, move |record, now| {
-            let live = record.as_ref().is_some_and(|r| r.is_live_at(now));
-            lease_rules::acquire(&id, &request, record.as_ref(), live, now).map(Some)
+            lease_rules::acquire_at(&id, &request, record.as_ref(), now).map(Some)
         }))
         .await?
         .map(|record| record.lease)

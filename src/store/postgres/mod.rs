@@ -556,8 +556,7 @@ impl Missed {
         if let Appended::Done(_) = self.outcome {
             return Ok(self.outcome);
         }
-        let live = self.lease.as_ref().is_some_and(|r| r.is_live_at(self.now));
-        lease_rules::check_save(snapshot, self.lease.as_ref(), live)?;
+        lease_rules::check_save_at(snapshot, self.lease.as_ref(), self.now)?;
         if let Some(stored) = &self.retried {
             if is_mine(stored)? {
                 return Ok(Appended::Done(snapshot.revision().next()));
@@ -1298,8 +1297,7 @@ impl Inner {
         let row = query.await?;
         // Nothing is written, but a fenced writer is told so all the same.
         if let Some((.., record, now)) = &row {
-            let live = record.as_ref().is_some_and(|r| r.is_live_at(*now));
-            lease_rules::check_save(snapshot, record.as_ref(), live)?;
+            lease_rules::check_save_at(snapshot, record.as_ref(), *now)?;
         }
         let stored = row
             .map(|(revision, created_ns, updated_ns, ..)| {

@@ -59,8 +59,7 @@ impl SqliteSessionStore {
     /// As [`SessionStore::acquire_lease`](crate::SessionStore::acquire_lease).
     pub(super) fn acquire(&self, id: &SessionId, request: &LeaseRequest) -> Result<Lease> {
         self.change_lease(id, true, |record, now| {
-            let live = record.as_ref().is_some_and(|r| r.is_live_at(now));
-            lease_rules::acquire(id, request, record.as_ref(), live, now).map(Some)
+            lease_rules::acquire_at(id, request, record.as_ref(), now).map(Some)
         })?
         .map(|record| record.lease)
         .ok_or_else(|| Error::inconsistent("a lease was acquired but not recorded"))

@@ -88,8 +88,7 @@ impl SqliteSessionStore {
             // Before the revision: a writer whose lease was taken over is told so,
             // whatever its revision.
             let record = lease::record(self, tx, id)?;
-            let live = record.as_ref().is_some_and(|r| r.is_live_at(Utc::now()));
-            lease_rules::check_save(snapshot, record.as_ref(), live)?;
+            lease_rules::check_save_at(snapshot, record.as_ref(), Utc::now())?;
             let Some(stored) = stored else {
                 check_revision(id, expected, None)?;
                 return self.write_whole(tx, snapshot, None, snapshot.stats_once_saved(revision));
@@ -359,8 +358,7 @@ impl SqliteSessionStore {
         self.db.read(|tx| {
             let stored = read_head(self, tx, id)?;
             let record = lease::record(self, tx, id)?;
-            let live = record.as_ref().is_some_and(|r| r.is_live_at(Utc::now()));
-            lease_rules::check_save(snapshot, record.as_ref(), live)?;
+            lease_rules::check_save_at(snapshot, record.as_ref(), Utc::now())?;
             check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
             Ok(stored
                 .filter(|s| s.created_ns == created && s.updated_ns == updated)
