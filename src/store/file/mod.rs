@@ -100,10 +100,11 @@ pub enum Durability {
 /// by a [`Session`](crate::Session) after it saved here, then extended) appends only what
 /// changed, as one checksummed record, to the journal: saving one more turn costs about
 /// the same whatever the length of the history. Anything else (a snapshot made with
-/// [`SessionSnapshot::builder`], edited history) rewrites the whole snapshot, and so does
-/// the save that would grow the journal past the larger of 64 KiB and an eighth of the
-/// snapshot: the journal is then emptied, so a session never takes much more than its
-/// snapshot's size on disk. Loading applies the journal's records to the snapshot.
+/// [`SessionSnapshot::builder`], edited history) appends an entry that replaces the whole
+/// view (the history keeps what it replaced); a session's first save writes the whole
+/// snapshot. The journal is never folded into the snapshot: only
+/// [`trim_history`](SessionStore::trim_history) and retention drop history. Loading
+/// applies the journal's entries to the snapshot.
 /// Revisions and conflicts work the same either way. The layout is documented in
 /// `docs/FORMAT.md`.
 ///

@@ -77,8 +77,9 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 /// - [`save`](SessionStore::save) of a snapshot loaded from the store and extended since
 ///   (a turn, a step, a rewind) *appends*: one statement moves the row's revision where it
 ///   is still the loaded one and inserts the change as one entry, so a turn costs the
-///   turn, not the session. Entries are folded into the row's snapshot once they would
-///   pass the larger of 64 KiB and an eighth of it. Any other save writes the whole
+///   turn, not the session. Entries are kept (the history), until their total would pass
+///   the size limit ([`Error::TooLarge`]; [`trim_history`](SessionStore::trim_history)
+///   and retention drop older ones). Any other save writes the whole
 ///   snapshot (`INSERT … ON CONFLICT DO NOTHING` for a new session, `UPDATE … WHERE
 ///   revision = expected` otherwise, and the entries are dropped in the same
 ///   transaction). Either way the server decides the compare-and-swap; what is written
