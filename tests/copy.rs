@@ -624,6 +624,8 @@ fn only_copies_the_sessions_named_and_refuses_an_unknown_one() {
 /// A store that fails its `fail_at`-th save (counting from 1), once; every other call goes
 /// to the memory store inside.
 struct FailingSave {
+    /// Whether `revisions` fails too (a target that cannot be read).
+    unreadable: bool,
     inner: MemorySessionStore,
     saves: AtomicUsize,
     fail_at: usize,
@@ -672,6 +674,12 @@ impl SessionStore for FailingSave {
         id: &SessionId,
         revision: Revision,
     ) -> agent_session::Result<SessionSnapshot> {
+        if self.unreadable {
+            return Err(Error::Backend {
+                operation: "read revisions (an injected failure)".into(),
+                source: "injected".into(),
+            });
+        }
         self.inner.load_at(id, revision)
     }
     fn revisions(&self, id: &SessionId) -> agent_session::Result<Vec<agent_session::RevisionInfo>> {
@@ -701,6 +709,26 @@ impl SessionStore for FailingSave {
     }
     fn leases(&self) -> agent_session::Result<Vec<Lease>> {
         self.inner.leases()
+/// A target that cannot say which sessions it holds fails the copy with its own error (not
+/// `AlreadyExists`), and nothing is written.
+#[test]
+fn a_target_that_cannot_be_read_fails_the_copy_with_its_error() {
+    let source = Arc::new(MemorySessionStore::new());
+    populate(source.clone());
+    for existing in [ExistingSessions::Refuse, ExistingSessions::Skip] {
+        let target = FailingSave {
+            inner: MemorySessionStore::new(),
+            saves: AtomicUsize::new(0),
+            fail_at: 0,
+            unreadable: true,
+        };
+        let error = copy_sessions(&*source, &target, &CopyOptions::new().existing(existing))
+            .expect_err("the target cannot be read");
+        assert!(matches!(error, Error::Backend { .. }), "{error:?}");
+        assert_eq!(target.saves.load(Ordering::SeqCst), 0, "nothing written");
+    }
+}
+
     }
 }
 
@@ -710,6 +738,7 @@ fn a_save_failing_at_any_point_leaves_each_session_complete_or_absent() {
     populate(source.clone());
     // How many saves a whole copy makes.
     let counting = FailingSave {
+        unreadable: false,
         inner: MemorySessionStore::new(),
         saves: AtomicUsize::new(0),
         fail_at: 0,
@@ -722,6 +751,7 @@ fn a_save_failing_at_any_point_leaves_each_session_complete_or_absent() {
 
     for fail_at in 1..=saves {
         let target = FailingSave {
+            unreadable: false,
             inner: MemorySessionStore::new(),
             saves: AtomicUsize::new(0),
             fail_at,

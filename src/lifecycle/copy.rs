@@ -347,14 +347,16 @@ where
     };
     order_parents_first(&mut chosen);
 
-    // Which sessions the target holds already, before anything is written.
-    let mut existing: HashMap<SessionId, Result<Vec<RevisionInfo>>> = HashMap::new();
+    // Which sessions the target holds already, before anything is written (a target
+    // that cannot say fails the copy, as an import fails).
+    let mut existing: HashMap<SessionId, Vec<RevisionInfo>> = HashMap::new();
     for summary in &chosen {
         match to.revisions(&summary.id).await {
             Err(e) if e.is_not_found() => {}
-            found => {
+            Ok(found) => {
                 existing.insert(summary.id.clone(), found);
             }
+            Err(e) => return Err(e),
         }
     }
     if options.existing == ExistingSessions::Refuse && !options.dry_run {
@@ -371,25 +373,22 @@ where
         unreadable,
     };
     for summary in chosen {
-        let outcome = match existing.remove(&summary.id) {
-            Some(on_target) => match options.existing {
-                ExistingSessions::Refuse => refused(&summary.id),
-                ExistingSessions::Skip => match on_target {
-                    Ok(target_revisions) => match from.revisions(&summary.id).await {
-                        Ok(source_revisions) if source_revisions == target_revisions => {
-                            CopyOutcome::Skipped
-                        }
-                        Ok(_) => refused(&summary.id),
-                        Err(error) => CopyOutcome::Failed {
-                            error,
-                            left_on_target: false,
-                        },
+        let outcome = match (existing.remove(&summary.id), options.existing) {
+            (Some(_), ExistingSessions::Refuse) => refused(&summary.id),
+            (Some(target_revisions), ExistingSessions::Skip) => {
+                match from.revisions(&summary.id).await {
+                    Ok(source_revisions) if source_revisions == target_revisions => {
+                        CopyOutcome::Skipped
+                    }
+                    Ok(_) => refused(&summary.id),
+                    Err(error) => CopyOutcome::Failed {
+                        error,
+                        left_on_target: false,
                     },
-                    Err(_) => refused(&summary.id),
-                },
-            },
-            None if options.dry_run => CopyOutcome::WouldCopy,
-            None => copy_one(from, to, &summary).await,
+                }
+            }
+            (None, _) if options.dry_run => CopyOutcome::WouldCopy,
+            (None, _) => copy_one(from, to, &summary).await,
         };
         report.sessions.push(SessionCopy {
             oldest: summary.history.oldest_revision,
