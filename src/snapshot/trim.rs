@@ -29,6 +29,22 @@ pub(crate) struct Trimmed {
     pub(crate) dropped: u64,
 }
 
+impl Trimmed {
+    /// The head state of the cut log: its checkpoint with its entries folded.
+    ///
+    /// # Errors
+    ///
+    /// The errors of folding the entries.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) fn head(&self) -> Result<SessionSnapshot> {
+        let mut head = LogSource::new(self.checkpoint.clone());
+        for entry in &self.entries {
+            head.push(entry.clone());
+        }
+        head.state_at(None)
+    }
+}
+
 impl LogSource<'_> {
     /// The log without its revisions before `oldest`.
     ///

@@ -2127,11 +2127,8 @@ impl AsyncSessionStore for Inner {
                         return Ok(None);
                     }
                     let trimmed = log.trimmed(oldest)?;
-                    let mut head = LogSource::new(trimmed.checkpoint.clone());
-                    for entry in &trimmed.entries {
-                        head.push(entry.clone());
-                    }
-                    Ok(Some((read, trimmed, head.state_at(None)?)))
+                    let head = trimmed.head()?;
+                    Ok(Some((read, trimmed, head)))
                 })
                 .await?;
             let Some((read, trimmed, head)) = cut else {

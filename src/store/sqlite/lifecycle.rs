@@ -4,11 +4,10 @@ use chrono::DateTime;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::log::SHARED_DEPTH_BUDGET;
-use super::rows::{revision_column, revision_of, summary_json, summary_of, to_i64};
+use super::rows::{revision_column, revision_of, summary_json, to_i64};
 use super::SqliteSessionStore;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::LogSource;
 use crate::store::{check_unchanged, SessionSummary, StoredVersion};
 use crate::telemetry;
 
@@ -109,31 +108,15 @@ impl SqliteSessionStore {
                     return Ok(None);
                 }
                 let trimmed = log.trimmed(oldest)?;
-                let mut head = LogSource::new(trimmed.checkpoint.clone());
-                for entry in &trimmed.entries {
-                    head.push(entry.clone());
-                }
-                Ok(Some((trimmed, head.state_at(None)?)))
+                let head = trimmed.head()?;
+                Ok(Some((trimmed, head)))
             })?;
             let Some((trimmed, head)) = cut else {
                 return Ok(0);
             };
             self.materialize_forks_of(tx, id, Some(oldest))?;
-            let archived: i64 = tx
-                .prepare_cached("SELECT archived FROM sessions WHERE id = ?1")
-                .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)))
-                .map_err(|e| self.db.fail("read a session's row", e))?;
             // The summary is worked out from the head as the log now holds it.
-            let mut summary = SessionSummary::of(&head);
-            summary.archived = archived != 0;
-            let summary = summary_json(&summary)?;
-            // The stored summary must decode as the listing will decode it.
-            summary_of(
-                id.as_str(),
-                &summary,
-                archived != 0,
-                &self.row_location(id.as_str()),
-            )?;
+            let summary = summary_json(&SessionSummary::of(&head))?;
             let checkpoint = trimmed.checkpoint.to_json_with_revision(oldest)?;
             let mut entries = Vec::with_capacity(trimmed.entries.len());
             for entry in &trimmed.entries {
