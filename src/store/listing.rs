@@ -242,7 +242,7 @@ impl ListCursor {
 
     /// A cursor at the session updated at `updated_at` named `id`, in a walk whose latest
     /// plausible time is `horizon`.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) fn at(updated_at: DateTime<Utc>, id: SessionId, horizon: DateTime<Utc>) -> Self {
         ListCursor {
             updated_at,

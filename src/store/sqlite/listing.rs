@@ -5,10 +5,10 @@
 
 use chrono::{DateTime, Utc};
 
-use super::rows::{cursor_at, cursor_position, nanos, nanos_saturating, summary_of};
+use super::rows::{nanos, nanos_saturating, summary_of};
 use super::SqliteSessionStore;
 use crate::clock;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SessionId;
 use crate::store::{
     check_page_limit, ListCursor, ListScope, SessionList, SessionPage, SessionSummary,
@@ -47,7 +47,7 @@ impl SqliteSessionStore {
             rows.iter()
                 .rev()
                 .find_map(|(place, _)| place.as_ref())
-                .and_then(|(updated_at, id)| cursor_at(*updated_at, id, horizon))
+                .map(|(updated_at, id)| ListCursor::at(*updated_at, id.clone(), horizon))
         } else {
             None
         };
@@ -76,16 +76,10 @@ impl SqliteSessionStore {
         after: Option<&ListCursor>,
         limit: Option<usize>,
     ) -> Result<(DateTime<Utc>, Vec<Listed>)> {
-        let after = match after {
-            Some(cursor) => {
-                Some(
-                    cursor_position(cursor).ok_or_else(|| Error::InvalidArgument {
-                        reason: format!("the listing cursor {cursor} cannot be read back"),
-                    })?,
-                )
-            }
-            None => None,
-        };
+        let after = after.map(|cursor| {
+            let (updated_at, id, horizon) = cursor.position();
+            (updated_at, id.clone(), horizon)
+        });
         // The walk's latest plausible time, fixed on its first page (see ListCursor).
         let horizon = after
             .as_ref()
@@ -164,16 +158,17 @@ impl SqliteSessionStore {
             let archived: i64 = row.get(2).map_err(fail)?;
             let updated_ns: i64 = row.get(3).map_err(fail)?;
             read = read.saturating_add(json.len() as u64);
-            let location = self.row_location(&key);
+            // Where the row is, made only for an error.
+            let location = || self.row_location(&key);
             // A row under a key that is not a session id (written by hand) is reported,
             // not fatal to the listing; it cannot mark a page's end.
             match SessionId::parse(&key) {
                 Ok(id) => {
-                    let summary = summary_of(&key, &json, archived != 0, &location);
+                    let summary = summary_of(&key, &json, archived != 0, location);
                     let place = (DateTime::from_timestamp_nanos(updated_ns), id);
                     listed.push((Some(place), summary));
                 }
-                Err(e) => listed.push((None, Err(e.at(&location)))),
+                Err(e) => listed.push((None, Err(e.at(&location())))),
             }
         }
         crate::telemetry::read(read);

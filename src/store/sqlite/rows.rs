@@ -11,7 +11,7 @@ use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
 use crate::snapshot::{Counts, HistoryStats, Lineage};
-use crate::store::{ListCursor, SessionSummary};
+use crate::store::SessionSummary;
 use crate::usage::Cost;
 
 /// The listing fields of a session, stored as JSON in its row so that listings never
@@ -78,11 +78,11 @@ pub(super) fn summary_of(
     key: &str,
     json: &str,
     archived: bool,
-    location: &Location,
+    location: impl Fn() -> Location,
 ) -> Result<SessionSummary> {
     let ObjectOnly(stored): ObjectOnly<StoredSummary> =
         serde_json::from_str(json).map_err(|source| Error::Malformed {
-            location: location.clone(),
+            location: location(),
             source,
         })?;
     if stored.id.as_str() != key {
@@ -90,7 +90,7 @@ pub(super) fn summary_of(
             "the summary names session {} but is stored under {key}",
             stored.id
         ))
-        .at(location));
+        .at(&location()));
     }
     Ok(SessionSummary {
         id: stored.id,
@@ -177,71 +177,9 @@ pub(super) fn parse_counts(text: &str) -> Option<Counts> {
     parts.next().is_none().then_some(counts)
 }
 
-/// The time, session and walk horizon a listing cursor names, read from its text form
-/// (`TIME/ID/HORIZON`, [`ListCursor`]'s `Display`), which is all the crate lets a store
-/// outside the PostgreSQL feature see of it.
-pub(super) fn cursor_position(
-    cursor: &ListCursor,
-) -> Option<(DateTime<Utc>, SessionId, DateTime<Utc>)> {
-    let text = cursor.to_string();
-    let mut parts = text.splitn(3, '/');
-    let updated_at = parse_cursor_time(parts.next()?)?;
-    let id = SessionId::parse(parts.next()?).ok()?;
-    let horizon = parse_cursor_time(parts.next()?)?;
-    Some((updated_at, id, horizon))
-}
-
-/// The cursor at the session `id` updated at `updated_at`, in a walk whose latest
-/// plausible time is `horizon` (through [`ListCursor`]'s text form).
-pub(super) fn cursor_at(
-    updated_at: DateTime<Utc>,
-    id: &SessionId,
-    horizon: DateTime<Utc>,
-) -> Option<ListCursor> {
-    format!("{}/{id}/{}", cursor_time(updated_at), cursor_time(horizon))
-        .parse()
-        .ok()
-}
-
-/// A cursor's time as its text form writes it: RFC 3339 in years 0 to 9999, otherwise
-/// `@` and the seconds and nanoseconds since 1970.
-fn cursor_time(at: DateTime<Utc>) -> String {
-    use chrono::Datelike;
-    if (0..=9999).contains(&at.year()) {
-        at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-    } else {
-        format!("@{}.{:09}", at.timestamp(), at.timestamp_subsec_nanos())
-    }
-}
-
-fn parse_cursor_time(text: &str) -> Option<DateTime<Utc>> {
-    if let Some(epoch) = text.strip_prefix('@') {
-        let (seconds, nanos) = epoch.split_once('.')?;
-        return DateTime::from_timestamp(seconds.parse().ok()?, nanos.parse().ok()?);
-    }
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|at| at.with_timezone(&Utc))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cursor_round_trips_through_its_text_form() {
-        let id = SessionId::parse("abc").unwrap();
-        for at in [
-            DateTime::parse_from_rfc3339("2026-11-29T10:00:00.123456789Z")
-                .unwrap()
-                .with_timezone(&Utc),
-            DateTime::<Utc>::MIN_UTC,
-            DateTime::<Utc>::MAX_UTC,
-        ] {
-            let cursor = cursor_at(at, &id, at).expect("a cursor");
-            assert_eq!(cursor_position(&cursor), Some((at, id.clone(), at)));
-        }
-    }
 
     #[test]
     fn state_counts_round_trip_and_refuse_damage() {

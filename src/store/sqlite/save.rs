@@ -280,12 +280,9 @@ impl SqliteSessionStore {
         id: &SessionId,
         stored: &Head,
     ) -> Result<HistoryStats> {
-        match summary_of(
-            id.as_str(),
-            &stored.summary,
-            false,
-            &self.row_location(id.as_str()),
-        ) {
+        match summary_of(id.as_str(), &stored.summary, false, || {
+            self.row_location(id.as_str())
+        }) {
             Ok(summary) => Ok(summary.history),
             Err(_) => self
                 .with_log(conn, id, SHARED_DEPTH_BUDGET, |log| log.state_at(None))
