@@ -63,6 +63,7 @@ pub(crate) fn check_save(
 /// # Errors
 ///
 /// As [`check_save`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn check_save_at(
     snapshot: &SessionSnapshot,
     record: Option<&LeaseRecord>,
@@ -124,6 +125,7 @@ pub(crate) fn acquire(
 /// # Errors
 ///
 /// As [`acquire`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn acquire_at(
     id: &SessionId,
     request: &LeaseRequest,

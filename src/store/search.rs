@@ -157,6 +157,7 @@ impl SearchQuery {
 
     /// The query's words as an index is asked for them: each lower case, and whether it
     /// is a prefix.
+    #[cfg(feature = "postgres")]
     pub(crate) fn terms(&self) -> impl Iterator<Item = (&str, bool)> {
         self.words.iter().map(|w| (w.text.as_str(), w.prefix))
     }
