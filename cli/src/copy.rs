@@ -19,7 +19,7 @@ pub const COPY_HELP: &str = "\
 STORE is a folder (a path, or file:PATH), a PostgreSQL store (postgres:CONNINFO, where
 CONNINFO is a libpq connection string such as \"host=db user=app dbname=app\" or a
 postgres:// URL; the schema is --from-schema/--to-schema, else $AGENT_SESSION_SCHEMA, else
-agent_session), or sqlite:PATH (when the command is built with SQLite support).
+agent_session). SQLite stores (sqlite:PATH) are not opened by this command yet.
 
 Every session is copied with every revision the source keeps: `sessions history ID` and
 `sessions show ID --at REV` answer the same in both stores, revision numbers included;

@@ -289,7 +289,7 @@ enum Command {
         #[arg(
             long,
             value_name = "STORE",
-            help = "The store to copy from: DIR, file:DIR, postgres:CONNINFO or sqlite:PATH"
+            help = "The store to copy from: DIR, file:DIR or postgres:CONNINFO"
         )]
         from: std::ffi::OsString,
         #[arg(

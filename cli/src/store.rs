@@ -159,21 +159,17 @@ impl StoreSpec {
     /// folder, written as a path or `file:PATH`; a PostgreSQL store, written
     /// `postgres:CONNINFO` (a libpq connection string, `host=H dbname=D ...`, or a URL) or
     /// as a `postgres://`/`postgresql://` URL, in the schema `schema` names, else
-    /// `AGENT_SESSION_SCHEMA`, else the library's default; or `sqlite:PATH`, refused until
-    /// the command is built with the library's `SqliteSessionStore`.
+    /// `AGENT_SESSION_SCHEMA`, else the library's default. `sqlite:PATH` is refused: the
+    /// command does not open `SqliteSessionStore`s yet.
     pub fn from_copy_arg(
         value: &std::ffi::OsStr,
         schema: Option<String>,
         flag: &str,
     ) -> Result<Self, Failure> {
         let bytes = value.as_bytes();
-        if let Some(path) = bytes.strip_prefix(b"sqlite:") {
-            // SQLITE: the other engineer's `agent_session::SqliteSessionStore::open(path)`
-            // (library feature `sqlite`) plugs in here, as a `StoreSpec::Sqlite(PathBuf)`
-            // opened in `open`/`open_existing` like a folder.
-            let _ = path;
+        if bytes.starts_with(b"sqlite:") {
             return Err(Failure::Usage(format!(
-                "{flag} names a SQLite store (sqlite:PATH), and this agent-session was built without sqlite: use a folder (a path or file:PATH) or a PostgreSQL store (postgres:CONNINFO)"
+                "{flag} names a SQLite store (sqlite:PATH), which this agent-session does not open yet: use a folder (a path or file:PATH) or a PostgreSQL store (postgres:CONNINFO)"
             )));
         }
         let conninfo = if is_postgres_url(value) {

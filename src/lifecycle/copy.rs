@@ -207,8 +207,9 @@ pub enum CopyOutcome {
 ///
 /// - **Cost.** Each revision is written to the target as the one change it was, so
 ///   writing a session costs its history's size, not its size times its revisions. Each
-///   revision is read once from the source ([`load_at`](SessionStore::load_at)) and once
-///   from the target (to check it): reading costs the sum of the views of the revisions.
+///   revision is read once from the source ([`load_at`](SessionStore::load_at); a
+///   restore's base once more) and once from the target (to check it): reading costs
+///   the sum of the views of the revisions.
 ///   A session whose history the source trimmed (oldest kept revision *n* > 1) starts on
 ///   the target with *n* − 1 empty revisions, dropped again with
 ///   [`trim_history`](SessionStore::trim_history) so the numbers line up; they cost a
