@@ -590,7 +590,7 @@ fn a_session_the_target_holds_refuses_the_copy_and_nothing_is_written() {
 #[test]
 fn only_copies_the_sessions_named_and_refuses_an_unknown_one() {
     let source = Arc::new(MemorySessionStore::new());
-    let ids = populate(source.clone());
+    populate(source.clone());
     let target = MemorySessionStore::new();
     let report = copy_sessions(
         &*source,
