@@ -5,6 +5,8 @@
 
 mod async_store;
 mod checks;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod columns;
 mod file;
 mod filter;
 mod head_only;

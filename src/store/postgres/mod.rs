@@ -1,7 +1,6 @@
 //! `PostgresSessionStore`: sessions in a PostgreSQL table, for services that run on many
 //! machines (feature `postgres`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -11,7 +10,6 @@ use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 
 mod lease;
@@ -23,12 +21,12 @@ use self::tls::TlsSettings;
 use crate::clock;
 use crate::error::{BoxError, Error, Location, Result};
 use crate::id::SessionId;
-use crate::json::ObjectOnly;
 use crate::lease::{Lease, LeaseRequest};
 use crate::snapshot::{
-    counts_after, decode_head, decode_record, entry_of_record, intact_frame, split_entry, Counts,
-    EntryKind, History, HistoryStats, Lineage, LogSource, RevisionInfo, SessionSnapshot,
+    counts_after, decode_head, decode_record, entry_of_record, intact_frame, split_entry,
+    EntryKind, History, HistoryStats, LogSource, RevisionInfo, SessionSnapshot,
 };
+use crate::store::columns::{self, nanos, nanos_saturating, revision_column, state_counts, to_i64};
 use crate::store::lease_rules::{self, LeaseRecord};
 use crate::store::AsyncSessionStore;
 use crate::store::{
@@ -37,7 +35,6 @@ use crate::store::{
     SessionStore, SessionSummary, StoredVersion, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::telemetry;
-use crate::usage::Cost;
 
 /// The schema the store uses when none is set.
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
@@ -598,112 +595,6 @@ struct StoredRows {
     entries: Vec<(i16, Vec<u8>)>,
 }
 
-/// The listing fields of a session, stored as JSON beside its snapshot so that listings
-/// never read snapshots.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StoredSummary {
-    id: SessionId,
-    revision: Revision,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    title: Option<String>,
-    message_count: usize,
-    model: String,
-    cost: Cost,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    lineage: Option<Lineage>,
-    /// Absent in rows written before tables version 3.
-    #[serde(default)]
-    history: Option<StoredStats>,
-    /// The metadata keys the summary was made for (the store's indexed keys then).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    indexed: Vec<String>,
-    /// Their values, those the session has.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    metadata: BTreeMap<String, serde_json::Value>,
-}
-
-/// [`HistoryStats`] as a summary holds them.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StoredStats {
-    oldest_revision: Revision,
-    rewinds: u64,
-    compactions: u64,
-    restores: u64,
-}
-
-impl StoredSummary {
-    /// The stored form of `summary`, made for the `indexed` keys.
-    fn of(summary: &SessionSummary, indexed: &IndexedMetadata) -> Self {
-        StoredSummary {
-            id: summary.id.clone(),
-            revision: summary.revision,
-            created_at: summary.created_at,
-            updated_at: summary.updated_at,
-            title: summary.title.clone(),
-            message_count: summary.message_count,
-            model: summary.model.clone(),
-            cost: summary.cost,
-            lineage: summary.lineage.clone(),
-            history: Some(StoredStats {
-                oldest_revision: summary.history.oldest_revision,
-                rewinds: summary.history.rewinds,
-                compactions: summary.history.compactions,
-                restores: summary.history.restores,
-            }),
-            indexed: indexed.keys().to_vec(),
-            metadata: summary.metadata.clone(),
-        }
-    }
-
-    fn into_summary(self, archived: bool) -> SessionSummary {
-        SessionSummary {
-            id: self.id,
-            revision: self.revision,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            title: self.title,
-            message_count: self.message_count,
-            model: self.model,
-            cost: self.cost,
-            lineage: self.lineage,
-            archived,
-            history: self
-                .history
-                .map_or_else(HistoryStats::default, |h| HistoryStats {
-                    oldest_revision: h.oldest_revision,
-                    rewinds: h.rewinds,
-                    compactions: h.compactions,
-                    restores: h.restores,
-                }),
-            metadata: self.metadata,
-        }
-    }
-}
-
-/// A time as nanoseconds since the epoch: exact, unlike `timestamptz` (microseconds), so
-/// listings order and page exactly as the snapshots' own times.
-fn nanos(id: &SessionId, at: DateTime<Utc>) -> Result<i64> {
-    at.timestamp_nanos_opt().ok_or_else(|| Error::InvalidArgument {
-        reason: format!(
-            "session {id} has a time ({at}) outside the years 1677 to 2262 that the PostgreSQL store can order"
-        ),
-    })
-}
-
-/// [`nanos`] for a bound of a query rather than a session's time: times beyond the range
-/// the column holds are the range's ends.
-fn nanos_saturating(at: DateTime<Utc>) -> i64 {
-    at.timestamp_nanos_opt().unwrap_or(if at.timestamp() < 0 {
-        i64::MIN
-    } else {
-        i64::MAX
-    })
-}
-
 /// The two ranges of the listing's index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Range {
@@ -711,25 +602,6 @@ enum Range {
     Plausible,
     /// Updated in the future: listed after all others.
     Future,
-}
-
-/// A revision as the `bigint` column holds it; the store refuses revisions it cannot hold.
-fn revision_column(id: &SessionId, revision: Revision) -> Result<i64> {
-    i64::try_from(revision.as_u64()).map_err(|_| Error::InvalidArgument {
-        reason: format!(
-            "session {id} is at revision {revision}, beyond the largest the PostgreSQL store holds ({})",
-            i64::MAX
-        ),
-    })
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// A state's lengths as the `state_counts` column holds them: `messages,tool_calls,usage`.
-fn state_counts(counts: Counts) -> String {
-    format!("{},{},{}", counts.messages, counts.tool_calls, counts.usage)
 }
 
 /// The statement `sql` prepared on `client`, from the connection's cache after the first
@@ -1087,24 +959,12 @@ impl Inner {
     /// Decodes the summary column of a row, and says whether it was made for the store's
     /// indexed metadata keys (if not, its `metadata` is not to be trusted).
     fn summary_of(&self, id: &str, json: &str, archived: bool) -> Result<(SessionSummary, bool)> {
-        let location = Location::Stored(format!(
-            "PostgreSQL row {}.sessions id {id} (summary)",
-            self.schema
-        ));
-        let ObjectOnly(stored): ObjectOnly<StoredSummary> =
-            serde_json::from_str(json).map_err(|source| Error::Malformed {
-                location: location.clone(),
-                source,
-            })?;
-        if stored.id.as_str() != id {
-            return Err(Error::inconsistent(format!(
-                "the summary names session {} but is stored under {id}",
-                stored.id
+        columns::summary_of(id, json, archived, &self.indexed, || {
+            Location::Stored(format!(
+                "PostgreSQL row {}.sessions id {id} (summary)",
+                self.schema
             ))
-            .at(&location));
-        }
-        let current = stored.indexed == self.indexed.keys();
-        Ok((stored.into_summary(archived), current))
+        })
     }
 
     /// The listing of `scope`, in the listing's order, at most `limit` rows after `after`:
@@ -1235,7 +1095,7 @@ impl Inner {
             ..listed
         };
         if snapshot.revision() == summary.revision {
-            if let Ok(json) = serde_json::to_string(&StoredSummary::of(&summary, &self.indexed)) {
+            if let Ok(json) = columns::summary_json(&summary, &self.indexed) {
                 let key = summary.id.to_string();
                 let revision = to_i64(summary.revision.as_u64());
                 let _ = self
@@ -1870,12 +1730,7 @@ impl AsyncSessionStore for Inner {
             let mut listed = self.indexed.summary_of(snapshot);
             listed.revision = revision;
             listed.history = stats;
-            serde_json::to_string(&StoredSummary::of(&listed, &self.indexed)).map_err(|source| {
-                Error::Encode {
-                    id: id.clone(),
-                    source,
-                }
-            })
+            columns::summary_json(&listed, &self.indexed)
         };
         // A new session, or one whose redaction changed messages already stored (the
         // history would keep the text the redactor now removes): written whole.
@@ -2134,14 +1989,7 @@ impl AsyncSessionStore for Inner {
             let Some((read, trimmed, head)) = cut else {
                 return Ok(0);
             };
-            let summary = serde_json::to_string(&StoredSummary::of(
-                &self.indexed.summary_of(&head),
-                &self.indexed,
-            ))
-            .map_err(|source| Error::Encode {
-                id: id.clone(),
-                source,
-            })?;
+            let summary = columns::summary_json(&self.indexed.summary_of(&head), &self.indexed)?;
             let snapshot = trimmed.checkpoint.to_json_with_revision(oldest)?;
             let checkpoint_words = search::words_of(trimmed.checkpoint.transcript());
             let (revisions, records, words) = entry_rows(&trimmed.entries, id)?;
