@@ -4,11 +4,11 @@
 mod archive;
 mod atomic;
 mod fork;
-mod fs;
+pub(in crate::store) mod fs;
 mod journal;
 mod lease;
 mod lock;
-mod private_dir;
+pub(in crate::store) mod private_dir;
 mod restore;
 mod retention;
 mod state;

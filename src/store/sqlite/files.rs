@@ -7,10 +7,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::store::file::fs::OsFileSystem;
+use crate::store::file::private_dir::open_private_dir;
 
 /// The files SQLite keeps beside the database: its write-ahead log, the log's shared
 /// index, and the rollback journal (only while the database is not yet in WAL mode).
@@ -39,10 +41,9 @@ pub(super) fn prepare(path: &Path, durable: bool) -> Result<(PathBuf, (u64, u64)
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let created_dir = ensure_dir(&dir)?;
-    check_dir(&dir, created_dir)?;
-    let dir = std::fs::canonicalize(&dir)
-        .map_err(|e| Error::io("resolve the database's directory", &dir, e))?;
+    // The file store's rules and checks for its directory (created 0700, parents synced;
+    // refused if others may write to it, or read it while it holds files), resolved.
+    let (_, dir, _) = open_private_dir(&OsFileSystem, &dir)?;
     let path = dir.join(name);
     let file = match std::fs::symlink_metadata(&path) {
         Ok(meta) => {
@@ -98,95 +99,10 @@ fn create_database(path: &Path, dir: &Path, durable: bool) -> Result<std::fs::Me
         .map_err(|e| Error::io("inspect the database file", path, e))
 }
 
-/// Makes sure `dir` exists, creating it and missing parents with mode 0700 and syncing
-/// each new entry into its parent. Returns whether this call created `dir`.
-fn ensure_dir(dir: &Path) -> Result<bool> {
-    match std::fs::symlink_metadata(dir) {
-        Ok(_) => return Ok(false),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("inspect the database's directory", dir, e)),
-    }
-    let mut missing = Vec::new();
-    for level in dir.ancestors().filter(|p| !p.as_os_str().is_empty()) {
-        match std::fs::symlink_metadata(level) {
-            Ok(_) => break,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(level),
-            Err(e) => return Err(Error::io("inspect the database's directory", level, e)),
-        }
-    }
-    for level in missing.into_iter().rev() {
-        match std::fs::DirBuilder::new().mode(0o700).create(level) {
-            Ok(()) => {}
-            // Made by someone else meanwhile: checked like any existing directory.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(Error::io("create the database's directory", level, e)),
-        }
-        let parent = level
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        sync_dir(parent)?;
-    }
-    Ok(true)
-}
-
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::io("sync the directory", dir, e))
-}
-
-/// The directory rules of [`FileSessionStore`](crate::FileSessionStore): the store's
-/// user owns it, nobody else may write to it, and one others may read is made 0700 if it
-/// is new or empty, refused otherwise. Checked through an open handle, not followed if a
-/// link.
-fn check_dir(dir: &Path, created: bool) -> Result<()> {
-    let insecure = |reason| Error::Insecure {
-        path: dir.to_path_buf(),
-        reason,
-    };
-    let handle = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP | libc::ENOTDIR) => insecure(
-                "the database's directory is a symbolic link or not a directory; give the store a real directory of its own",
-            ),
-            _ => Error::io("open the database's directory", dir, e),
-        })?;
-    let meta = handle
-        .metadata()
-        .map_err(|e| Error::io("inspect the database's directory", dir, e))?;
-    if meta.uid() != rustix::process::geteuid().as_raw() {
-        return Err(insecure(
-            "the database's directory belongs to another user than the one running this store, who could replace the database; use a directory of your own",
-        ));
-    }
-    let mode = meta.permissions().mode();
-    if mode & 0o022 != 0 {
-        return Err(insecure(
-            "the database's directory is writable by other users, who could replace the database or plant its -wal file; use a private directory or run `chmod 700` on it",
-        ));
-    }
-    #[allow(clippy::verbose_bit_mask)] // the mask reads as the permission bits it tests
-    let private = mode & 0o077 == 0;
-    if private {
-        return Ok(());
-    }
-    let empty = created
-        || std::fs::read_dir(dir)
-            .map_err(|e| Error::io("read the database's directory", dir, e))?
-            .next()
-            .is_none();
-    if !empty {
-        return Err(insecure(
-            "the database's directory is readable by other users and holds other files; run `chmod 700` on it or give the store a directory of its own",
-        ));
-    }
-    handle
-        .set_permissions(std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| Error::io("make the database's directory private (chmod 700)", dir, e))
 }
 
 /// A database file or companion must be a plain private file of the store's user.

@@ -57,7 +57,7 @@ impl FileSessionStore {
 /// Opens the store directory `dir` (creating it and missing parents 0700), checks it
 /// through an open handle (owner, permissions, not a link), and resolves its path once.
 /// Returns the handle, the resolved path and the directory's metadata.
-pub(super) fn open_private_dir(
+pub(in crate::store) fn open_private_dir(
     fs: &dyn FileSystem,
     dir: &Path,
 ) -> Result<(File, PathBuf, Metadata)> {
