@@ -124,7 +124,12 @@ fn arc_dyn_sqlite_store_meets_the_contract() {
         let path = dir
             .path()
             .join(format!("store-{}.db", n.fetch_add(1, Ordering::Relaxed)));
-        Arc::new(agent_session::SqliteSessionStore::open(path).expect("open SQLite store"))
+        Arc::new(
+            agent_session::SqliteSessionStore::builder()
+                .index_metadata(indexed())
+                .open(path)
+                .expect("open SQLite store"),
+        )
     });
 }
 

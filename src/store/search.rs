@@ -157,7 +157,7 @@ impl SearchQuery {
 
     /// The query's words as an index is asked for them: each lower case, and whether it
     /// is a prefix.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) fn terms(&self) -> impl Iterator<Item = (&str, bool)> {
         self.words.iter().map(|w| (w.text.as_str(), w.prefix))
     }
@@ -254,6 +254,19 @@ pub(crate) fn word_spans(text: &str) -> impl Iterator<Item = (usize, &str)> {
         rest = end;
         Some((start, &text[start..end]))
     })
+}
+
+/// The words an index records for `messages`: the crate's words of their searchable
+/// text, lower case, each once. A message holding every word of a query lies in a row of
+/// an index whose words hold them all, so an index of these words never misses a match.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn index_words(messages: &[Message]) -> std::collections::BTreeSet<String> {
+    let mut words = std::collections::BTreeSet::new();
+    for message in messages {
+        let text = searchable_text(message);
+        words.extend(word_spans(&text).map(|(_, word)| word.to_lowercase()));
+    }
+    words
 }
 
 /// What search reads of `message`: its text blocks and its tools' outputs, one per line.
@@ -402,6 +415,26 @@ pub(crate) fn scan<S: SessionStore + ?Sized>(
     after: Option<&ListCursor>,
 ) -> Result<SearchPage> {
     ready(scan_async(&InlineStore(store), query, filter, limit, after))
+}
+
+/// [`scan`], reading only the sessions `may_match` names (see [`scan_async_where`]).
+#[cfg(feature = "sqlite")]
+pub(crate) fn scan_where<S: SessionStore + ?Sized>(
+    store: &S,
+    query: &SearchQuery,
+    filter: &ListFilter,
+    limit: usize,
+    after: Option<&ListCursor>,
+    may_match: impl Fn(&SessionId) -> bool + Send + Sync,
+) -> Result<SearchPage> {
+    ready(scan_async_where(
+        &InlineStore(store),
+        query,
+        filter,
+        limit,
+        after,
+        may_match,
+    ))
 }
 
 /// [`scan`] through the async calls.

@@ -10,7 +10,7 @@
 //! on `to_tsvector('simple', words)` answers which rows do. Rows written before tables
 //! version 5 have no words (`NULL`) and are always read.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use super::{backend, prepared, Inner};
 use crate::error::Result;
@@ -37,12 +37,10 @@ pub(super) fn create_tables(schema: &str) -> String {
 /// The words of `messages` as the `words` column holds them: the crate's words of their
 /// searchable text, lower case, each once, separated by spaces.
 pub(super) fn words_of(messages: &[Message]) -> String {
-    let mut words = BTreeSet::new();
-    for message in messages {
-        let text = search::searchable_text(message);
-        words.extend(search::word_spans(&text).map(|(_, word)| word.to_lowercase()));
-    }
-    words.into_iter().collect::<Vec<_>>().join(" ")
+    search::index_words(messages)
+        .into_iter()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `query` as a `tsquery` for `to_tsquery('simple', …)`: every word (a prefix word with

@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::log::SHARED_DEPTH_BUDGET;
 use super::rows::{revision_column, revision_of, summary_json, to_i64};
+use super::search::words_of;
 use super::SqliteSessionStore;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
@@ -32,6 +33,7 @@ impl SqliteSessionStore {
 
     fn remove(&self, conn: &Connection, id: &SessionId) -> Result<()> {
         self.materialize_forks_of(conn, id, None)?;
+        self.forget_words(conn, id)?;
         let fail = |e| self.db.fail("delete a session", e);
         conn.prepare_cached("DELETE FROM entries WHERE session_id = ?1")
             .and_then(|mut s| s.execute([id.as_str()]))
@@ -116,11 +118,11 @@ impl SqliteSessionStore {
             };
             self.materialize_forks_of(tx, id, Some(oldest))?;
             // The summary is worked out from the head as the log now holds it.
-            let summary = summary_json(&SessionSummary::of(&head))?;
+            let summary = summary_json(&self.indexed.summary_of(&head), &self.indexed)?;
             let checkpoint = trimmed.checkpoint.to_json_with_revision(oldest)?;
             let mut entries = Vec::with_capacity(trimmed.entries.len());
             for entry in &trimmed.entries {
-                entries.push((revision_column(id, entry.revision())?, entry.to_bytes(id)?));
+                entries.push((entry.revision(), entry.to_bytes(id)?));
             }
             let entry_bytes: u64 = entries.iter().map(|(_, e)| e.len() as u64).sum();
             let fail = |e| self.db.fail("trim a session's history", e);
@@ -151,8 +153,19 @@ impl SqliteSessionStore {
                 .map_err(fail)?;
             for (revision, entry) in &entries {
                 insert
-                    .execute(rusqlite::params![id.as_str(), revision, entry])
+                    .execute(rusqlite::params![
+                        id.as_str(),
+                        revision_column(id, *revision)?,
+                        entry
+                    ])
                     .map_err(fail)?;
+            }
+            // The index follows the log: the new checkpoint's words and the kept entries'.
+            self.forget_words(tx, id)?;
+            let checkpoint_words = words_of(trimmed.checkpoint.transcript());
+            self.index_words(tx, id, oldest, &checkpoint_words)?;
+            for entry in &trimmed.entries {
+                self.index_words(tx, id, entry.revision(), &words_of(entry.messages()))?;
             }
             telemetry::wrote((checkpoint.len() as u64).saturating_add(entry_bytes));
             Ok(trimmed.dropped)

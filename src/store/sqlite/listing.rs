@@ -5,18 +5,33 @@
 
 use chrono::{DateTime, Utc};
 
-use super::rows::{nanos, nanos_saturating, summary_of};
+use super::log::SHARED_DEPTH_BUDGET;
+use super::rows::{nanos, nanos_saturating, summary_json, summary_of, to_i64};
 use super::SqliteSessionStore;
 use crate::clock;
 use crate::error::Result;
-use crate::id::SessionId;
+use crate::id::{Revision, SessionId};
 use crate::store::{
-    check_page_limit, ListCursor, ListScope, SessionList, SessionPage, SessionSummary,
+    check_page_limit, ListCursor, ListFilter, ListScope, SessionList, SessionPage, SessionSummary,
 };
+
+/// How many rows a filtered listing reads at a time (more if the page is larger).
+const FILTER_CHUNK: usize = 200;
 
 /// A listed row: its place in the order (update time and id, from the indexed columns,
 /// so a page can end on a row whose summary is unreadable) and its summary.
 type Listed = (Option<(DateTime<Utc>, SessionId)>, Result<SessionSummary>);
+
+/// A row as read: its place, and its summary with whether it was made for the store's
+/// indexed metadata keys.
+type Row = (
+    Option<(DateTime<Utc>, SessionId)>,
+    Result<(SessionSummary, bool)>,
+);
+
+/// A summary to write back to its row: the session, the revision it was worked out at,
+/// and the summary column.
+type Rewrite = (SessionId, Revision, String);
 
 impl SqliteSessionStore {
     /// As [`SessionStore::list_scoped`](crate::SessionStore::list_scoped).
@@ -65,6 +80,70 @@ impl SqliteSessionStore {
         })
     }
 
+    /// As [`SessionStore::list_page_filtered`](crate::SessionStore::list_page_filtered):
+    /// the listing index walked from the cursor a chunk of rows at a time, each summary
+    /// matched against `filter`, until the page is full and one more session matches
+    /// (or the listing ends). A page costs the rows it passes, not the store's size.
+    /// An unreadable row is reported on the page whose range holds it: before the page's
+    /// last session, or anywhere once the listing ends.
+    pub(super) fn page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        check_page_limit(limit)?;
+        filter.check(&self.indexed)?;
+        let scope = filter.list_scope();
+        let chunk = limit.saturating_add(1).max(FILTER_CHUNK);
+        let mut page = SessionPage::default();
+        let mut after = after.cloned();
+        // Unreadable rows the walk has passed, not yet before a session of the page.
+        let mut passed = Vec::new();
+        loop {
+            let (horizon, rows) = self.select_summaries(scope, after.as_ref(), Some(chunk))?;
+            let exhausted = rows.len() < chunk;
+            // Unreadable rows after the chunk's last place (ids that are not session ids
+            // have none): the next chunk starts at that place and reads them again.
+            let mut loose = Vec::new();
+            let mut advanced = false;
+            for (place, summary) in rows {
+                // A row with a place covers the rows before it.
+                if place.is_some() {
+                    passed.append(&mut loose);
+                }
+                match summary {
+                    Ok(summary) if filter.matches(&summary) => {
+                        if page.sessions.len() == limit {
+                            // One more matches: the page ends before it, and the next
+                            // page reads what lies between.
+                            page.next = page
+                                .sessions
+                                .last()
+                                .map(|last| ListCursor::after_in(last, horizon));
+                            return Ok(page);
+                        }
+                        page.unreadable.append(&mut passed);
+                        page.sessions.push(summary);
+                    }
+                    Ok(_) => {}
+                    Err(e) if place.is_some() => passed.push(e),
+                    Err(e) => loose.push(e),
+                }
+                if let Some((updated_at, id)) = place {
+                    after = Some(ListCursor::at(updated_at, id, horizon));
+                    advanced = true;
+                }
+            }
+            // A whole chunk without a place cannot move the walk on: it ends there.
+            if exhausted || !advanced {
+                page.unreadable.append(&mut passed);
+                page.unreadable.append(&mut loose);
+                return Ok(page);
+            }
+        }
+    }
+
     /// The listing of `scope`, at most `limit` rows after `after`. Sessions updated in
     /// the future come after all others, so the listing is read as two ranges of the
     /// index: plausible times (up to the walk's horizon), then later ones. One read
@@ -87,18 +166,79 @@ impl SqliteSessionStore {
         let after_future = after
             .as_ref()
             .is_some_and(|(updated_at, _, horizon)| updated_at > horizon);
-        self.db.read(|tx| {
-            let mut listed = Vec::new();
+        let mut stale = Vec::new();
+        let listed = self.db.read(|tx| {
+            let mut rows = Vec::new();
             if !after_future {
-                listed = self.select_range(tx, scope, false, after.as_ref(), limit, horizon)?;
+                rows = self.select_range(tx, scope, false, after.as_ref(), limit, horizon)?;
             }
-            let wanted = limit.map(|limit| limit.saturating_sub(listed.len()));
+            let wanted = limit.map(|limit| limit.saturating_sub(rows.len()));
             if wanted != Some(0) {
                 let after = after.as_ref().filter(|_| after_future);
-                listed.extend(self.select_range(tx, scope, true, after, wanted, horizon)?);
+                rows.extend(self.select_range(tx, scope, true, after, wanted, horizon)?);
             }
-            Ok((horizon, listed))
-        })
+            let listed = rows.into_iter().map(|(place, summary)| {
+                let summary = match summary {
+                    Ok((summary, true)) => Ok(summary),
+                    // Made for other metadata keys: worked out from the log.
+                    Ok((summary, false)) => self.summary_from_log(tx, summary, &mut stale),
+                    Err(e) => Err(e),
+                };
+                (place, summary)
+            });
+            Ok(listed.collect::<Vec<Listed>>())
+        })?;
+        self.rewrite_summaries(&stale);
+        Ok((horizon, listed))
+    }
+
+    /// `listed` (a row's summary made for other metadata keys) with the values of the
+    /// store's keys, from the session's log, in the listing's read transaction. The
+    /// summary to write back is added to `stale`.
+    fn summary_from_log(
+        &self,
+        conn: &rusqlite::Connection,
+        listed: SessionSummary,
+        stale: &mut Vec<Rewrite>,
+    ) -> Result<SessionSummary> {
+        let snapshot = self.with_log(conn, &listed.id, SHARED_DEPTH_BUDGET, |log| {
+            log.state_at(None)
+        })?;
+        let summary = SessionSummary {
+            metadata: self.indexed.values_in(&snapshot),
+            ..listed
+        };
+        if snapshot.revision() == summary.revision {
+            if let Ok(json) = summary_json(&summary, &self.indexed) {
+                stale.push((summary.id.clone(), summary.revision, json));
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Writes the summaries `stale` holds back to their rows, each only while its row is
+    /// at the revision it was worked out from, so the next listing reads only the
+    /// summary. Best effort: a failure leaves the old summaries, which are worked out
+    /// again next time.
+    fn rewrite_summaries(&self, stale: &[Rewrite]) {
+        if stale.is_empty() {
+            return;
+        }
+        let _ = self.db.write(|tx| {
+            let mut statement = tx
+                .prepare_cached("UPDATE sessions SET summary = ?3 WHERE id = ?1 AND revision = ?2")
+                .map_err(|e| self.db.fail("write a session's summary", e))?;
+            for (id, revision, json) in stale {
+                statement
+                    .execute(rusqlite::params![
+                        id.as_str(),
+                        to_i64(revision.as_u64()),
+                        json
+                    ])
+                    .map_err(|e| self.db.fail("write a session's summary", e))?;
+            }
+            Ok(())
+        });
     }
 
     /// One range of [`select_summaries`](Self::select_summaries): the rows updated at
@@ -111,7 +251,7 @@ impl SqliteSessionStore {
         after: Option<&(DateTime<Utc>, SessionId, DateTime<Utc>)>,
         limit: Option<usize>,
         horizon: DateTime<Utc>,
-    ) -> Result<Vec<Listed>> {
+    ) -> Result<Vec<Row>> {
         let in_scope = match scope {
             ListScope::Active => "archived = 0",
             ListScope::Archived => "archived = 1",
@@ -164,7 +304,7 @@ impl SqliteSessionStore {
             // not fatal to the listing; it cannot mark a page's end.
             match SessionId::parse(&key) {
                 Ok(id) => {
-                    let summary = summary_of(&key, &json, archived != 0, location);
+                    let summary = summary_of(&key, &json, archived != 0, &self.indexed, location);
                     let place = (DateTime::from_timestamp_nanos(updated_ns), id);
                     listed.push((Some(place), summary));
                 }

@@ -21,6 +21,7 @@ mod log;
 mod rows;
 mod save;
 mod schema;
+mod search;
 
 use self::db::Db;
 use self::log::SHARED_DEPTH_BUDGET;
@@ -29,8 +30,8 @@ use crate::id::{Revision, SessionId};
 use crate::lease::{Lease, LeaseRequest};
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 use crate::store::{
-    Durability, ListCursor, ListScope, SessionList, SessionPage, SessionStore, SessionSummary,
-    DEFAULT_MAX_SNAPSHOT_BYTES,
+    Durability, IndexedMetadata, ListCursor, ListFilter, ListScope, SearchPage, SearchQuery,
+    SessionList, SessionPage, SessionStore, SessionSummary, DEFAULT_MAX_SNAPSHOT_BYTES,
 };
 use crate::telemetry;
 
@@ -79,7 +80,14 @@ const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 ///   frames, checksums and revisions); damage is a corrupt-kind error naming the row.
 /// - Listings read the summary column only. [`list_page`](SessionStore::list_page) reads
 ///   one page from the index on `(archived, updated_ns DESC, id DESC)` (keyset
-///   pagination).
+///   pagination); [`list_page_filtered`](SessionStore::list_page_filtered) walks the same
+///   index from the cursor until its page is full, matching each summary, which carries
+///   the values of the metadata keys declared with
+///   [`SqliteStoreBuilder::index_metadata`].
+/// - [`search`](SessionStore::search) asks an FTS5 index which sessions hold every word
+///   of the query, and reads only their histories (the crate's matching decides, so the
+///   results are every store's). The index is written in the transaction of every save
+///   and trim, so it never lags the log.
 /// - Archive state is a column. [`delete_if_unchanged`](SessionStore::delete_if_unchanged)
 ///   compares and deletes in one write transaction.
 /// - [`trim_history`](SessionStore::trim_history) rewrites the log in one transaction.
@@ -163,6 +171,7 @@ const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct SqliteSessionStore {
     db: Db,
     max_snapshot_bytes: u64,
+    indexed: IndexedMetadata,
 }
 
 impl fmt::Debug for SqliteSessionStore {
@@ -171,6 +180,7 @@ impl fmt::Debug for SqliteSessionStore {
             .field("path", &self.db.path)
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
             .field("busy_timeout", &self.db.busy_timeout)
+            .field("indexed", &self.indexed)
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +207,7 @@ pub struct SqliteStoreBuilder {
     max_snapshot_bytes: u64,
     durability: Durability,
     busy_timeout: Duration,
+    indexed: IndexedMetadata,
 }
 
 impl SqliteStoreBuilder {
@@ -224,6 +235,16 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Sets the metadata keys whose values the rows' summaries carry, so that
+    /// [`list_filtered`](SessionStore::list_filtered) matches them without reading
+    /// sessions (default: none). A row whose summary was written for other keys is worked
+    /// out from its log when it is listed, and its summary written again: declare the
+    /// same keys in every process.
+    pub fn index_metadata(&mut self, keys: IndexedMetadata) -> &mut Self {
+        self.indexed = keys;
+        self
+    }
+
     /// Opens (creating if needed) the store in the database file `path`, creating its
     /// tables or checking their version.
     ///
@@ -243,6 +264,7 @@ impl SqliteStoreBuilder {
         Ok(SqliteSessionStore {
             db,
             max_snapshot_bytes: self.max_snapshot_bytes,
+            indexed: self.indexed.clone(),
         })
     }
 }
@@ -271,6 +293,7 @@ impl SqliteSessionStore {
             max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
             durability: Durability::default(),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            indexed: IndexedMetadata::default(),
         }
     }
 
@@ -378,6 +401,38 @@ impl SessionStore for SqliteSessionStore {
 
     fn trim_history(&self, id: &SessionId, oldest: Revision) -> Result<u64> {
         telemetry::store_op("trim_history", "sqlite", Some(id)).run(|| self.trim(id, oldest))
+    }
+
+    fn indexed_metadata(&self) -> IndexedMetadata {
+        self.indexed.clone()
+    }
+
+    /// Walks the listing index from the cursor, matching each summary (which carries the
+    /// indexed metadata keys' values), until the page is full: a page costs the rows it
+    /// passes, not the store's size.
+    fn list_page_filtered(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SessionPage> {
+        telemetry::store_op("list_page_filtered", "sqlite", None)
+            .run(|| self.page_filtered(filter, limit, after))
+    }
+
+    /// An FTS5 index, kept in step with every save and trim in the same transaction,
+    /// names the sessions that may match; only their histories are read, and the crate's
+    /// matching decides (so the results are every store's). A search of metadata values
+    /// (not indexed) reads every session it lists.
+    fn search(
+        &self,
+        query: &SearchQuery,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&ListCursor>,
+    ) -> Result<SearchPage> {
+        telemetry::store_op("search", "sqlite", None)
+            .run(|| self.search_indexed(query, filter, limit, after))
     }
 
     /// Leases expire by this machine's clock; see the type docs ("Leases").

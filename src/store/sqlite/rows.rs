@@ -2,38 +2,12 @@
 //! summary (JSON), times as nanoseconds, revisions as integers, a state's lengths as
 //! text; the encodings shared with the PostgreSQL store are in `store::columns`.
 
-use crate::error::{Location, Result};
 use crate::id::Revision;
 use crate::snapshot::Counts;
-use crate::store::columns;
-use crate::store::{IndexedMetadata, SessionSummary};
 
 pub(super) use crate::store::columns::{
-    nanos, nanos_saturating, revision_column, state_counts, to_i64,
+    nanos, nanos_saturating, revision_column, state_counts, summary_json, summary_of, to_i64,
 };
-
-/// The summary column for `summary` (the shared encoding, [`crate::store::columns`]; this
-/// store indexes no metadata keys).
-pub(super) fn summary_json(summary: &SessionSummary) -> Result<String> {
-    columns::summary_json(summary, &IndexedMetadata::default())
-}
-
-/// The summary of the row stored under `key`, from its summary column; `location` names
-/// the row, made only for an error.
-///
-/// # Errors
-///
-/// A corrupt-kind error naming the row if the JSON does not decode or names another
-/// session.
-pub(super) fn summary_of(
-    key: &str,
-    json: &str,
-    archived: bool,
-    location: impl Fn() -> Location,
-) -> Result<SessionSummary> {
-    columns::summary_of(key, json, archived, &IndexedMetadata::default(), location)
-        .map(|(summary, _)| summary)
-}
 
 /// A revision read from a column (a negative one, written by hand, is revision 0, which
 /// no session has).

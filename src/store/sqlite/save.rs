@@ -11,12 +11,13 @@ use super::rows::{
     nanos, parse_counts, revision_column, revision_of, state_counts, summary_json, summary_of,
     to_i64,
 };
+use super::search::words_of;
 use super::{lease, SqliteSessionStore};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{EntryKind, HistoryStats, SessionSnapshot};
+use crate::snapshot::{EntryKind, HistoryStats, LogEntry, SessionSnapshot};
+use crate::store::check_revision;
 use crate::store::lease_rules;
-use crate::store::{check_revision, SessionSummary};
 use crate::telemetry;
 
 /// The columns of a session's row a save decides by.
@@ -80,7 +81,7 @@ impl SqliteSessionStore {
         // Encoded before the write lock is taken: what the save appends if the snapshot
         // derives from the stored state.
         let derived = match snapshot.entry_since_stored(revision) {
-            Some(entry) => Some((entry.to_bytes(id)?, entry.kind())),
+            Some(entry) => Some(stored_form(&entry, id)?),
             None => None,
         };
         self.db.write(|tx| {
@@ -129,28 +130,27 @@ impl SqliteSessionStore {
                     counts,
                 )
             });
-            let (entry, kind) = match derived.filter(|_| follows) {
+            let entry = match derived.filter(|_| follows) {
                 Some(derived) => derived,
-                None => (
-                    snapshot.entry_replacing_all(revision)?.to_bytes(id)?,
-                    EntryKind::Edit,
-                ),
+                None => stored_form(&snapshot.entry_replacing_all(revision)?, id)?,
             };
-            let stats = self.stored_stats(tx, id, &stored)?.after(kind);
+            let stats = self.stored_stats(tx, id, &stored)?.after(entry.kind);
             self.append(tx, snapshot, &stored, &entry, stats)
         })
     }
 
-    /// Appends `entry` as the session's next revision, in the save's transaction.
+    /// Appends `entry` as the session's next revision, with its words, in the save's
+    /// transaction.
     fn append(
         &self,
         conn: &Connection,
         snapshot: &SessionSnapshot,
         stored: &Head,
-        entry: &[u8],
+        entry: &StoredEntry,
         stats: HistoryStats,
     ) -> Result<Revision> {
         let id = snapshot.id();
+        let (words, entry) = (&entry.words, &entry.bytes);
         let revision = stored.revision.next();
         let total = u64::try_from(stored.entry_bytes)
             .unwrap_or(0)
@@ -162,7 +162,7 @@ impl SqliteSessionStore {
                 limit_bytes: self.max_snapshot_bytes,
             });
         }
-        let summary = summary_for(snapshot, revision, stats)?;
+        let summary = self.summary_for(snapshot, revision, stats)?;
         let fail = |e| self.db.fail("append to a session", e);
         conn.prepare_cached(
             "UPDATE sessions SET revision = ?2, updated_ns = ?3, summary = ?4,
@@ -191,6 +191,7 @@ impl SqliteSessionStore {
             ])
         })
         .map_err(fail)?;
+        self.index_words(conn, id, revision, words)?;
         telemetry::wrote((entry.len() + summary.len()) as u64);
         Ok(revision)
     }
@@ -223,7 +224,7 @@ impl SqliteSessionStore {
                 limit_bytes: self.max_snapshot_bytes,
             });
         }
-        let summary = summary_for(snapshot, revision, stats)?;
+        let summary = self.summary_for(snapshot, revision, stats)?;
         let new = revision_column(id, revision)?;
         let created = nanos(id, snapshot.created_at())?;
         let updated = nanos(id, snapshot.updated_at())?;
@@ -235,6 +236,10 @@ impl SqliteSessionStore {
         conn.prepare_cached("DELETE FROM entries WHERE session_id = ?1")
             .and_then(|mut s| s.execute([id.as_str()]))
             .map_err(fail)?;
+        // The checkpoint holds every message of the history now (a shared prefix too: a
+        // fork's search finds what it shares).
+        self.forget_words(conn, id)?;
+        self.index_words(conn, id, revision, &words_of(snapshot.transcript()))?;
         // The archive state of a replaced row stays, as with any other save.
         conn.prepare_cached(
             "INSERT INTO sessions (id, revision, created_ns, updated_ns, archived, state_counts,
@@ -280,10 +285,10 @@ impl SqliteSessionStore {
         id: &SessionId,
         stored: &Head,
     ) -> Result<HistoryStats> {
-        match summary_of(id.as_str(), &stored.summary, false, || {
+        match summary_of(id.as_str(), &stored.summary, false, &self.indexed, || {
             self.row_location(id.as_str())
         }) {
-            Ok(summary) => Ok(summary.history),
+            Ok((summary, _)) => Ok(summary.history),
             Err(_) => self
                 .with_log(conn, id, SHARED_DEPTH_BUDGET, |log| log.state_at(None))
                 .map(|s| s.history_stats()),
@@ -364,14 +369,35 @@ impl SqliteSessionStore {
     }
 }
 
-/// The summary column of `snapshot` saved at `revision` with history `stats`.
-fn summary_for(
-    snapshot: &SessionSnapshot,
-    revision: Revision,
-    stats: HistoryStats,
-) -> Result<String> {
-    let mut listed = SessionSummary::of(snapshot);
-    listed.revision = revision;
-    listed.history = stats;
-    summary_json(&listed)
+/// An entry as a save writes it: its bytes, its kind, and the words of the messages it
+/// adds (for the search index).
+struct StoredEntry {
+    bytes: Vec<u8>,
+    kind: EntryKind,
+    words: String,
+}
+
+/// What the entries row and the search index hold of `entry`.
+fn stored_form(entry: &LogEntry, id: &SessionId) -> Result<StoredEntry> {
+    Ok(StoredEntry {
+        bytes: entry.to_bytes(id)?,
+        kind: entry.kind(),
+        words: words_of(entry.messages()),
+    })
+}
+
+impl SqliteSessionStore {
+    /// The summary column of `snapshot` saved at `revision` with history `stats`, with
+    /// the values of the store's indexed metadata keys.
+    fn summary_for(
+        &self,
+        snapshot: &SessionSnapshot,
+        revision: Revision,
+        stats: HistoryStats,
+    ) -> Result<String> {
+        let mut listed = self.indexed.summary_of(snapshot);
+        listed.revision = revision;
+        listed.history = stats;
+        summary_json(&listed, &self.indexed)
+    }
 }

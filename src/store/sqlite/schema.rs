@@ -4,10 +4,13 @@
 use rusqlite::{OptionalExtension, Transaction};
 
 use super::db::Db;
+use super::search;
 use crate::error::{Error, Result};
 
-/// The version of the tables this release makes and reads, recorded in `store_version`.
-pub(super) const TABLES_VERSION: i64 = 1;
+/// The version of the tables this release makes and reads, recorded in `store_version`:
+/// 1 the sessions, their logs and leases; 2 adds search (`search_rows`, `search_words`,
+/// `unindexed`).
+pub(super) const TABLES_VERSION: i64 = 2;
 
 /// The tables of version 1. Every table is `STRICT`, so a value of the wrong type is
 /// refused when written rather than met when read. The checkpoint's bytes have a table
@@ -57,8 +60,9 @@ CREATE TABLE IF NOT EXISTS leases (
 ) STRICT;
 ";
 
-/// Creates the tables if the database has none, and refuses tables a newer release
-/// made. One write transaction, so stores opened at once take turns.
+/// Creates the tables if the database has none, brings tables of an older version up to
+/// this one, and refuses tables a newer release made. One write transaction, so stores
+/// opened at once take turns.
 ///
 /// # Errors
 ///
@@ -67,9 +71,9 @@ CREATE TABLE IF NOT EXISTS leases (
 /// the database locked past the busy timeout.
 pub(super) fn migrate(db: &Db) -> Result<()> {
     db.write(|tx| {
-        match stored_version(db, tx)? {
+        let from = match stored_version(db, tx)? {
             Some(version) if version == TABLES_VERSION => return Ok(()),
-            Some(version) if version > TABLES_VERSION || version < 1 => {
+            Some(version) if !(1..=TABLES_VERSION).contains(&version) => {
                 return Err(Error::UnsupportedSchemaVersion {
                     location: db.location(),
                     found: u64::try_from(version).unwrap_or(0),
@@ -77,12 +81,22 @@ pub(super) fn migrate(db: &Db) -> Result<()> {
                     supported: u32::try_from(TABLES_VERSION).unwrap_or(0),
                 });
             }
-            // A version between 1 and this one: nothing older than 1 exists yet.
-            Some(_) => return Ok(()),
-            None => {}
+            Some(version) => version,
+            None => {
+                tx.execute_batch(CREATE_TABLES)
+                    .map_err(|e| db.fail("create the store's tables", e))?;
+                0
+            }
+        };
+        if from < 2 {
+            // Version 2: search. The sessions already stored have no words recorded:
+            // they are listed as unindexed (always read by a search) until their log is
+            // written whole again, so the upgrade reads no session.
+            tx.execute_batch(search::CREATE_TABLES)
+                .map_err(|e| db.fail("create the search tables", e))?;
+            tx.execute_batch("INSERT INTO unindexed (session_id) SELECT id FROM sessions")
+                .map_err(|e| db.fail("list the sessions saved before search", e))?;
         }
-        tx.execute_batch(CREATE_TABLES)
-            .map_err(|e| db.fail("create the store's tables", e))?;
         tx.execute(
             "INSERT INTO store_version (version) VALUES (?1)",
             [TABLES_VERSION],
