@@ -1,9 +1,10 @@
 //! `copy --from STORE --to STORE`: every session of one store copied into another, with
-//! its whole history (the library's `copy_sessions`), between folders and PostgreSQL
-//! schemas in any direction.
+//! its whole history (the library's `copy_sessions`), between folders, SQLite databases
+//! and PostgreSQL schemas in any direction.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::path::Path;
 
 use agent_session::{
     copy_sessions, CopyOptions, CopyOutcome, CopyReport, Error, ExistingSessions,
@@ -16,10 +17,16 @@ use crate::{chain, Failure};
 
 /// Shown in the help of `copy`.
 pub const COPY_HELP: &str = "\
-STORE is a folder (a path, or file:PATH), a PostgreSQL store (postgres:CONNINFO, where
-CONNINFO is a libpq connection string such as \"host=db user=app dbname=app\" or a
-postgres:// URL; the schema is --from-schema/--to-schema, else $AGENT_SESSION_SCHEMA, else
-agent_session). SQLite stores (sqlite:PATH) are not opened by this command yet.
+STORE is written as for --store:
+  DIR or file:DIR       a folder
+  sqlite:PATH           a SQLite database file (created 0600 if missing, in a folder
+                        closed to other users: created 0700 if missing)
+  postgres:CONNINFO     a PostgreSQL store, where CONNINFO is a libpq connection string
+                        such as \"host=db user=app dbname=app\" or a URL; a postgres:// or
+                        postgresql:// URL may also be given as it is. Its schema is
+                        --from-schema/--to-schema, else $AGENT_SESSION_SCHEMA, else
+                        agent_session.
+A relative path is relative to the current directory; a leading ~/ means $HOME.
 
 Every session is copied with every revision the source keeps: `sessions history ID` and
 `sessions show ID --at REV` answer the same in both stores, revision numbers included;
@@ -37,6 +44,7 @@ any session was not copied.
 Examples:
   agent-session copy --from .agent-session/sessions --to postgres:\"host=db dbname=app\"
   agent-session copy --from postgres://app@db/app --to file:backup --dry-run
+  agent-session copy --from .agent-session/sessions --to sqlite:~/.agent-session/sessions.db
   agent-session copy --from old --to new --skip-existing      finish an interrupted copy
   agent-session copy --from old --to new --only ID --only ID2";
 
@@ -110,15 +118,12 @@ pub fn copy(args: CopyArgs) -> Result<(), Failure> {
     }
 }
 
-/// Whether two opened stores are the same: one folder, or one schema of one server.
+/// Whether two opened stores are the same: one folder, one SQLite database file, or one
+/// schema of one server.
 fn same_store(a: &StoreAt, b: &StoreAt) -> bool {
     match (a, b) {
-        (StoreAt::Folder(a), StoreAt::Folder(b)) => {
-            a == b
-                || matches!(
-                    (a.canonicalize(), b.canonicalize()),
-                    (Ok(a), Ok(b)) if a == b
-                )
+        (StoreAt::Folder(a), StoreAt::Folder(b)) | (StoreAt::Sqlite(a), StoreAt::Sqlite(b)) => {
+            same_path(a, b)
         }
         (
             StoreAt::Postgres { server, schema },
@@ -129,6 +134,15 @@ fn same_store(a: &StoreAt, b: &StoreAt) -> bool {
         ) => server == other_server && schema == other_schema,
         _ => false,
     }
+}
+
+/// Whether two paths name one file or folder (through links or `..` too).
+fn same_path(a: &Path, b: &Path) -> bool {
+    a == b
+        || matches!(
+            (a.canonicalize(), b.canonicalize()),
+            (Ok(a), Ok(b)) if a == b
+        )
 }
 
 /// One line per session (failures on stderr), then the summary.

@@ -14,21 +14,31 @@
 //! agent-session sessions prune --keep-revisions 50 --dry-run
 //! agent-session sessions export <ID> -o backup.jsonl
 //! agent-session copy --from .agent-session/sessions --to postgres:"host=db dbname=app"
+//! agent-session --store sqlite:~/.agent-session/sessions.db sessions list
 //! ```
 //!
 //! Installed with `cargo install --path cli` (from a checkout of the repository), or run
 //! in place with `cargo run -q -p agent-session-cli -- ARGS`.
 //!
 //! Every conversation is a session of the `agent-session` crate, kept in a store the
-//! library writes: a `FileSessionStore` folder (`.agent-session/sessions` under the current
-//! directory, or `--store DIR`, or `$AGENT_SESSION_STORE`; in both, a leading `~` or `~/`
-//! means `$HOME` even where no shell expanded it, and `~NAME` is refused), or a
-//! `PostgresSessionStore` when `--store`/`$AGENT_SESSION_STORE` is a `postgres://` or
-//! `postgresql://` URL (as tokio-postgres reads it), in the schema `--schema` or
-//! `$AGENT_SESSION_SCHEMA` names (default `agent_session`). Every command works on either,
-//! through the `SessionStore` trait (see `store.rs`); messages name a PostgreSQL store as
-//! `schema S of postgresql://USER@HOST:PORT/DB`, never with its password. The PostgreSQL
-//! tables are created only by `sessions migrate`. `chat`, `run` and `script`
+//! library writes, which `--store` or `$AGENT_SESSION_STORE` names (and `copy --from/--to`,
+//! written the same way):
+//!
+//! - a `FileSessionStore` folder: `.agent-session/sessions` under the current directory
+//!   by default, or `DIR` or `file:DIR`;
+//! - a `SqliteSessionStore` database file: `sqlite:PATH` (created, with its folder, if
+//!   missing; the folder must be closed to other users);
+//! - a `PostgresSessionStore`: a `postgres://` or `postgresql://` URL, or
+//!   `postgres:CONNINFO` (a libpq connection string), as tokio-postgres reads them, in the
+//!   schema `--schema` or `$AGENT_SESSION_SCHEMA` names (default `agent_session`).
+//!
+//! A relative path is relative to the current directory; a leading `~` or `~/` means
+//! `$HOME` even where no shell expanded it, and `~NAME` is refused. Every command works on
+//! any of them, through the `SessionStore` trait (see `store.rs`); messages name a SQLite
+//! store as `sqlite:PATH` and a PostgreSQL store as `schema S of
+//! postgresql://USER@HOST:PORT/DB`, never with its password. The PostgreSQL tables are
+//! created only by `sessions migrate`; a folder and a SQLite database are created when a
+//! command first writes to them. `chat`, `run` and `script`
 //! start a new session, or continue one with `--resume ID` or the most recent one with
 //! `--continue`; a resumed session is held under a lease while the command runs, so a
 //! second process resuming it is refused unless it passes `--take-over`.
@@ -103,9 +113,11 @@
 //! each unreadable file is named on stderr. `sessions prune` with no limit is a usage error
 //! (it would delete nothing), and so is `--keep-revisions 0` (the head always stays);
 //! sessions it kept because they were saved meanwhile are named on stderr and do not
-//! change its status. A PostgreSQL store that cannot be reached, a malformed URL, or a
-//! schema whose tables were never created (`sessions migrate`) is an error (1) before the
-//! command does anything; `--schema` with a folder store is a usage error.
+//! change its status. A PostgreSQL store that cannot be reached, a malformed URL, a
+//! schema whose tables were never created (`sessions migrate`), or a SQLite database in
+//! a folder open to other users is an error (1) before the command does anything;
+//! `--schema` with a folder or SQLite store, and `sqlite:` without a path, are usage
+//! errors.
 
 mod compaction;
 mod copy;
@@ -170,9 +182,16 @@ Examples:
   agent-session sessions export 0190c3e2-... -o s.jsonl   a private (0600) bundle file
   agent-session sessions import s.jsonl                   into this store (--new-ids: renamed)
   agent-session copy --from DIR --to postgres:CONNINFO    every session, with its history
+  agent-session copy --from DIR --to sqlite:db/s.db       the same, into a SQLite database
 
-A PostgreSQL store: a postgres:// or postgresql:// URL instead of a folder, in any command
-(a password in it is never printed; messages name the store without it):
+A SQLite store: sqlite:PATH instead of a folder, in any command. PATH is the database
+file (created 0600 if missing), in a folder closed to other users (created 0700 if
+missing; the current directory, which others can usually read, will not do):
+  agent-session --store sqlite:~/.agent-session/sessions.db run \"calc 1+1\"
+
+A PostgreSQL store: a postgres:// or postgresql:// URL (or postgres:CONNINFO, a libpq
+connection string) instead of a folder, in any command (a password in it is never
+printed; messages name the store without it):
   export AGENT_SESSION_STORE=postgresql://app@db.internal/app
   agent-session sessions migrate                          create its tables, once
   agent-session sessions list                             the sessions in schema agent_session
@@ -183,9 +202,10 @@ step of a turn; if the agent is killed or interrupted mid-turn, the tool calls t
 running are recorded as interrupted (and named on the next resume), never run again.
 
 Environment:
-  AGENT_SESSION_STORE                    the session folder or PostgreSQL URL (like --store;
-                                         ~/ means $HOME); a URL with a password is better
-                                         here than in --store, which other users see in ps
+  AGENT_SESSION_STORE                    the store, written as for --store (a folder,
+                                         sqlite:PATH or a PostgreSQL URL; ~/ means $HOME);
+                                         a URL with a password is better here than in
+                                         --store, which other users see in ps
   AGENT_SESSION_SCHEMA                   the schema of a PostgreSQL store (like --schema)
   OPENAI_API_KEY, AGENT_SESSION_API_KEY  use the OpenAI-compatible engine
   OPENAI_BASE_URL                        its endpoint [default: https://api.openai.com/v1]
@@ -206,7 +226,9 @@ once per database and schema, with a user allowed to create them. It is safe to 
 (and from several machines at once); it changes no session. Other commands never create
 the tables: they say so when they are missing.
 
-For a folder store it only creates the folder if it is missing.
+For a folder store it only creates the folder if it is missing. A SQLite store
+(--store sqlite:PATH) needs no migration either: opening it creates the database and its
+tables, or brings older tables up to date, in any command; this only does it now.
 
 Example:
   agent-session --store postgresql://app@db.internal/app --schema team_a sessions migrate";
@@ -231,8 +253,8 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        value_name = "DIR|URL",
-        help = "Where sessions are saved: a folder (a leading ~/ means $HOME), or a PostgreSQL database as a postgres:// or postgresql:// URL [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
+        value_name = "STORE",
+        help = "Where sessions are saved: a folder (DIR or file:DIR), a SQLite database file (sqlite:PATH), or a PostgreSQL database (a postgres:// or postgresql:// URL, or postgres:CONNINFO); a relative path is relative to the current directory, a leading ~/ means $HOME [default: $AGENT_SESSION_STORE, else .agent-session/sessions]"
     )]
     store: Option<PathBuf>,
 
@@ -283,19 +305,19 @@ enum Command {
     /// List, show, fork, rewind, restore, compact, archive, prune, export, import or delete saved sessions, see their history (and migrate a PostgreSQL store)
     #[command(subcommand)]
     Sessions(SessionsCommand),
-    /// Copy every session of one store into another (folder, PostgreSQL), with its whole history
+    /// Copy every session of one store into another (folder, SQLite, PostgreSQL), with its whole history
     #[command(after_help = copy::COPY_HELP)]
     Copy {
         #[arg(
             long,
             value_name = "STORE",
-            help = "The store to copy from: DIR, file:DIR or postgres:CONNINFO"
+            help = "The store to copy from: DIR, file:DIR, sqlite:PATH, postgres:CONNINFO or a postgres:// URL"
         )]
         from: std::ffi::OsString,
         #[arg(
             long,
             value_name = "STORE",
-            help = "The store to copy into (a folder is created if missing): same forms as --from"
+            help = "The store to copy into (a folder or SQLite database is created if missing): same forms as --from"
         )]
         to: std::ffi::OsString,
         #[arg(
@@ -484,7 +506,7 @@ enum SessionsCommand {
         #[arg(long)]
         new_ids: bool,
     },
-    /// Create a PostgreSQL store's schema and tables, or bring them up to date (a folder needs none)
+    /// Create a PostgreSQL store's schema and tables, or bring them up to date (a folder or SQLite store needs none)
     #[command(after_help = MIGRATE_HELP)]
     Migrate,
 }
@@ -739,6 +761,10 @@ fn migrate(spec: &StoreSpec) -> Result<(), Failure> {
     match at {
         StoreAt::Folder(_) => println!(
             "the session folder {} is ready (a folder store needs no migration)",
+            at.shown()
+        ),
+        StoreAt::Sqlite(_) => println!(
+            "the SQLite session store {} is ready (its tables are created or brought up to date whenever it is opened)",
             at.shown()
         ),
         StoreAt::Postgres { .. } => {

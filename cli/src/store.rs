@@ -1,9 +1,13 @@
-//! The store a command works on, as `--store` or `AGENT_SESSION_STORE` names it: a
-//! folder ([`FileSessionStore`]) or a schema of a PostgreSQL database
-//! ([`PostgresSessionStore`], for a `postgres://` or `postgresql://` URL), opened behind
-//! the library's [`SessionStore`] trait so that the commands do not depend on which store
-//! it is; and how messages name it (a PostgreSQL store never with its password).
+//! The store a command works on, as `--store`, `AGENT_SESSION_STORE` or `copy --from/--to`
+//! names it (one syntax for all of them, read by [`StoreSpec::parse`]): a folder
+//! ([`FileSessionStore`], a path or `file:PATH`), a SQLite database file
+//! ([`SqliteSessionStore`], `sqlite:PATH`) or a schema of a PostgreSQL database
+//! ([`PostgresSessionStore`], a `postgres://` or `postgresql://` URL, or
+//! `postgres:CONNINFO`), opened behind the library's [`SessionStore`] trait so that the
+//! commands do not depend on which store it is; and how messages name it (a PostgreSQL
+//! store never with its password).
 
+use std::ffi::OsStr;
 use std::fmt::{self, Write as _};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -12,7 +16,7 @@ use std::sync::Arc;
 
 use agent_session::{
     Error, FileSessionStore, IndexedMetadata, PostgresSessionStore, SessionId, SessionStore,
-    DEFAULT_POSTGRES_SCHEMA,
+    SqliteSessionStore, DEFAULT_POSTGRES_SCHEMA,
 };
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
@@ -23,9 +27,22 @@ use crate::{chain, display, Failure};
 /// Where sessions go when neither `--store` nor `AGENT_SESSION_STORE` says otherwise.
 const DEFAULT_STORE: &str = ".agent-session/sessions";
 
-/// How a `--store` value that names a PostgreSQL server starts (the prefixes
-/// tokio-postgres reads as a URL); anything else is a folder.
+/// How a store value that names a PostgreSQL server by URL starts (the prefixes
+/// tokio-postgres reads as a URL): the whole value goes to the client.
 const POSTGRES_URL_PREFIXES: [&str; 2] = ["postgres://", "postgresql://"];
+
+/// The prefix of a PostgreSQL store written as a libpq connection string (or a URL):
+/// `postgres:host=db dbname=app`. Checked after [`POSTGRES_URL_PREFIXES`], which it is a
+/// prefix of.
+const POSTGRES_PREFIX: &[u8] = b"postgres:";
+
+/// The prefix of a SQLite store: `sqlite:PATH`, the database file.
+const SQLITE_PREFIX: &[u8] = b"sqlite:";
+
+/// The prefix that says a value is a folder, for one whose name starts like another
+/// store's (`file:sqlite:x` is the folder `sqlite:x`). A value without a prefix is a
+/// folder too.
+const FILE_PREFIX: &[u8] = b"file:";
 
 /// The environment variable that chooses the schema of a PostgreSQL store (as `--schema`).
 const SCHEMA_ENV: &str = "AGENT_SESSION_SCHEMA";
@@ -37,8 +54,46 @@ const MIGRATE_HINT: &str = "hint: `agent-session sessions migrate`, with the sam
 pub enum StoreSpec {
     /// A [`FileSessionStore`] folder (`~` already expanded).
     Folder(PathBuf),
+    /// A [`SqliteSessionStore`] database file (`~` already expanded).
+    Sqlite(PathBuf),
     /// A [`PostgresSessionStore`].
     Postgres(PostgresSpec),
+}
+
+/// Where a store value came from, for messages.
+struct Source<'a> {
+    /// What named the store: `--store`, `AGENT_SESSION_STORE`, `--from` or `--to`.
+    store: &'a str,
+    /// The flag that chooses a PostgreSQL store's schema with it: `--schema`,
+    /// `--from-schema` or `--to-schema`.
+    schema_flag: &'a str,
+}
+
+/// What a store value names, its prefix taken off; nothing checked yet.
+enum Written<'a> {
+    /// A folder: a path, or `file:PATH`.
+    Folder(&'a OsStr),
+    /// `sqlite:PATH`: the database file.
+    Sqlite(&'a OsStr),
+    /// A `postgres://` or `postgresql://` URL, or the CONNINFO of `postgres:CONNINFO`.
+    Postgres(&'a OsStr),
+}
+
+impl<'a> Written<'a> {
+    /// Reads the prefix of `value`; anything without a known prefix is a folder.
+    fn read(value: &'a OsStr) -> Self {
+        if is_postgres_url(value) {
+            return Written::Postgres(value);
+        }
+        let after = |prefix: &[u8]| value.as_bytes().strip_prefix(prefix).map(OsStr::from_bytes);
+        if let Some(conninfo) = after(POSTGRES_PREFIX) {
+            Written::Postgres(conninfo)
+        } else if let Some(file) = after(SQLITE_PREFIX) {
+            Written::Sqlite(file)
+        } else {
+            Written::Folder(after(FILE_PREFIX).unwrap_or(value))
+        }
+    }
 }
 
 /// A PostgreSQL store: a server, a database on it and a schema in that.
@@ -56,6 +111,8 @@ pub struct PostgresSpec {
 pub enum StoreAt {
     /// A folder: as given before the store is opened, as resolved once it is.
     Folder(PathBuf),
+    /// A SQLite database file, likewise; named `sqlite:PATH`, as it is written.
+    Sqlite(PathBuf),
     /// A schema of a PostgreSQL database: `server` is a URL without password or parameters.
     Postgres { server: String, schema: String },
 }
@@ -65,6 +122,7 @@ impl fmt::Display for StoreAt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreAt::Folder(dir) => write!(f, "{}", dir.display()),
+            StoreAt::Sqlite(file) => write!(f, "sqlite:{}", file.display()),
             StoreAt::Postgres { server, schema } => write!(f, "schema {schema} of {server}"),
         }
     }
@@ -75,7 +133,7 @@ impl StoreAt {
     pub fn shown(&self) -> String {
         match self {
             StoreAt::Folder(dir) => display::path(dir),
-            StoreAt::Postgres { .. } => {
+            StoreAt::Sqlite(_) | StoreAt::Postgres { .. } => {
                 escape_controls(&self.to_string(), Keep::Nothing).into_owned()
             }
         }
@@ -85,7 +143,7 @@ impl StoreAt {
     pub fn item(&self) -> &'static str {
         match self {
             StoreAt::Folder(_) => "file",
-            StoreAt::Postgres { .. } => "row",
+            StoreAt::Sqlite(_) | StoreAt::Postgres { .. } => "row",
         }
     }
 }
@@ -121,9 +179,10 @@ impl Store {
 }
 
 impl StoreSpec {
-    /// The store `--store` names, else `AGENT_SESSION_STORE`, else the default folder; for
-    /// a PostgreSQL URL, in the schema `--schema` names, else `AGENT_SESSION_SCHEMA`, else
-    /// the library's default. `--schema` with a folder is a usage error.
+    /// The store `--store` names, else `AGENT_SESSION_STORE`, else the default folder
+    /// (written as [`parse`](Self::parse) reads them); for a PostgreSQL store, in the
+    /// schema `--schema` names, else `AGENT_SESSION_SCHEMA`, else the library's default.
+    /// `--schema` with a folder or SQLite store is a usage error.
     pub fn from_command_line(
         store: Option<PathBuf>,
         schema: Option<String>,
@@ -134,89 +193,89 @@ impl StoreSpec {
                 .filter(|v| !v.is_empty())
                 .map(|value| (value, "AGENT_SESSION_STORE")),
         };
-        let Some((value, source)) = named else {
-            refuse_schema_for_folder(schema.as_deref(), Path::new(DEFAULT_STORE))?;
-            return Ok(StoreSpec::Folder(PathBuf::from(DEFAULT_STORE)));
-        };
-        if is_postgres_url(&value) {
-            let url = value.into_string().map_err(|_| {
-                format!("the PostgreSQL URL in {source} is not valid UTF-8 (it is not shown: it may hold a password)")
-            })?;
-            let schema = match schema {
-                Some(schema) => schema,
-                None => schema_from_env()?.unwrap_or_else(|| DEFAULT_POSTGRES_SCHEMA.to_owned()),
-            };
-            return Ok(StoreSpec::Postgres(PostgresSpec::parse(
-                url, schema, source,
-            )?));
-        }
-        let path = PathBuf::from(value);
-        refuse_schema_for_folder(schema.as_deref(), &path)?;
-        Ok(StoreSpec::Folder(expand_home(path, source)?))
+        let (value, store) = named.unwrap_or_else(|| (DEFAULT_STORE.into(), "the default store"));
+        Self::parse(
+            &value,
+            schema,
+            &Source {
+                store,
+                schema_flag: "--schema",
+            },
+        )
     }
 
-    /// The store `value` names in `agent-session copy` (`flag` is `--from` or `--to`): a
-    /// folder, written as a path or `file:PATH`; a PostgreSQL store, written
-    /// `postgres:CONNINFO` (a libpq connection string, `host=H dbname=D ...`, or a URL) or
-    /// as a `postgres://`/`postgresql://` URL, in the schema `schema` names, else
-    /// `AGENT_SESSION_SCHEMA`, else the library's default. `sqlite:PATH` is refused: the
-    /// command does not open `SqliteSessionStore`s yet.
+    /// The store `value` names in `agent-session copy` (`flag` is `--from` or `--to`),
+    /// written as [`parse`](Self::parse) reads it, in the schema `schema` (the
+    /// `--from-schema` or `--to-schema` given) names if it is a PostgreSQL store.
     pub fn from_copy_arg(
-        value: &std::ffi::OsStr,
+        value: &OsStr,
         schema: Option<String>,
         flag: &str,
     ) -> Result<Self, Failure> {
-        let bytes = value.as_bytes();
-        if bytes.starts_with(b"sqlite:") {
-            return Err(Failure::Usage(format!(
-                "{flag} names a SQLite store (sqlite:PATH), which this agent-session does not open yet: use a folder (a path or file:PATH) or a PostgreSQL store (postgres:CONNINFO)"
-            )));
+        Self::parse(
+            value,
+            schema,
+            &Source {
+                store: flag,
+                schema_flag: &format!("{flag}-schema"),
+            },
+        )
+    }
+
+    /// The store `value` names, as every option that names one writes it:
+    ///
+    /// - `postgres://...` or `postgresql://...`: a PostgreSQL URL; `postgres:CONNINFO`: a
+    ///   libpq connection string (`host=H dbname=D ...`) or a URL. Its schema is `schema`,
+    ///   else `AGENT_SESSION_SCHEMA`, else the library's default.
+    /// - `sqlite:PATH`: a SQLite database file.
+    /// - `file:PATH`, or any other value: a folder.
+    ///
+    /// A path may start with `~/` for `$HOME`; a relative one is relative to the current
+    /// directory. `schema` with a folder or a SQLite store is a usage error, and so is a
+    /// value that names no path.
+    fn parse(value: &OsStr, schema: Option<String>, source: &Source<'_>) -> Result<Self, Failure> {
+        match Written::read(value) {
+            Written::Postgres(conninfo) => {
+                let conninfo = conninfo.to_str().ok_or_else(|| {
+                    format!(
+                        "the PostgreSQL URL or connection string in {} is not valid UTF-8 (it is not shown: it may hold a password)",
+                        source.store
+                    )
+                })?;
+                let schema = match schema {
+                    Some(schema) => schema,
+                    None => {
+                        schema_from_env()?.unwrap_or_else(|| DEFAULT_POSTGRES_SCHEMA.to_owned())
+                    }
+                };
+                Ok(StoreSpec::Postgres(PostgresSpec::parse(
+                    conninfo.to_owned(),
+                    schema,
+                    source.store,
+                )?))
+            }
+            Written::Sqlite(file) => {
+                let file = local_path(file, LocalKind::Sqlite, schema.as_deref(), source)?;
+                Ok(StoreSpec::Sqlite(file))
+            }
+            Written::Folder(dir) => {
+                let dir = local_path(dir, LocalKind::Folder, schema.as_deref(), source)?;
+                Ok(StoreSpec::Folder(dir))
+            }
         }
-        let conninfo = if is_postgres_url(value) {
-            Some(value)
-        } else {
-            bytes
-                .strip_prefix(b"postgres:")
-                .map(std::ffi::OsStr::from_bytes)
-        };
-        if let Some(conninfo) = conninfo {
-            let conninfo = conninfo.to_str().ok_or_else(|| {
-                format!("the PostgreSQL connection string in {flag} is not valid UTF-8 (it is not shown: it may hold a password)")
-            })?;
-            let schema = match schema {
-                Some(schema) => schema,
-                None => schema_from_env()?.unwrap_or_else(|| DEFAULT_POSTGRES_SCHEMA.to_owned()),
-            };
-            return Ok(StoreSpec::Postgres(PostgresSpec::parse(
-                conninfo.to_owned(),
-                schema,
-                flag,
-            )?));
-        }
-        let path = PathBuf::from(std::ffi::OsStr::from_bytes(
-            bytes.strip_prefix(b"file:").unwrap_or(bytes),
-        ));
-        if path.as_os_str().is_empty() {
-            return Err(Failure::Usage(format!("{flag} names no folder")));
-        }
-        if schema.is_some() {
-            return Err(Failure::Usage(format!(
-                "{flag}-schema applies to a PostgreSQL store (postgres:CONNINFO), and {flag} names the folder {}",
-                path.display()
-            )));
-        }
-        Ok(StoreSpec::Folder(expand_home(path, flag)?))
     }
 
     /// Where the store is, before it is opened.
     pub fn at(&self) -> StoreAt {
         match self {
             StoreSpec::Folder(dir) => StoreAt::Folder(dir.clone()),
+            StoreSpec::Sqlite(file) => StoreAt::Sqlite(file.clone()),
             StoreSpec::Postgres(pg) => pg.at(),
         }
     }
 
-    /// Opens the store, creating a folder that does not exist. A PostgreSQL store must
+    /// Opens the store, creating a folder or a SQLite database (its folder too, and its
+    /// tables) that does not exist. A PostgreSQL store must
     /// answer and have its tables (the library creates them only when asked:
     /// [`migrate`](Self::migrate)).
     pub fn open(&self) -> Result<Store, Failure> {
@@ -231,6 +290,13 @@ impl StoreSpec {
                 let store = open_folder(dir, keys)?;
                 Ok(Store {
                     at: StoreAt::Folder(store.dir().to_path_buf()),
+                    sessions: Arc::new(store),
+                })
+            }
+            StoreSpec::Sqlite(file) => {
+                let store = open_sqlite(file, keys)?;
+                Ok(Store {
+                    at: StoreAt::Sqlite(store.path().to_path_buf()),
                     sessions: Arc::new(store),
                 })
             }
@@ -258,7 +324,8 @@ impl StoreSpec {
     }
 
     /// The store, if it exists: commands that only read or change stored sessions do not
-    /// create a folder. A PostgreSQL store is always there to open (or fails to).
+    /// create a folder or a database file. A PostgreSQL store is always there to open (or
+    /// fails to).
     pub fn open_existing(&self) -> Result<Option<Store>, Failure> {
         self.open_existing_indexed(&IndexedMetadata::default())
     }
@@ -266,20 +333,26 @@ impl StoreSpec {
     /// [`open_existing`](Self::open_existing), indexing the metadata keys `keys`.
     pub fn open_existing_indexed(&self, keys: &IndexedMetadata) -> Result<Option<Store>, Failure> {
         match self {
-            StoreSpec::Folder(dir) => match std::fs::symlink_metadata(dir) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-                _ => self.open_indexed(keys).map(Some),
-            },
+            // Anything at the path is opened, so that what is wrong with it (a file where
+            // a folder should be, a link) is said rather than taken for no store.
+            StoreSpec::Folder(path) | StoreSpec::Sqlite(path) => {
+                match std::fs::symlink_metadata(path) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                    _ => self.open_indexed(keys).map(Some),
+                }
+            }
             StoreSpec::Postgres(_) => self.open_indexed(keys).map(Some),
         }
     }
 
     /// `sessions migrate`: makes the store ready. For PostgreSQL, the library's `migrate`
     /// (creates the schema and tables, or brings older ones up to date; safe to repeat);
-    /// a folder needs no migration and is only created if missing. Returns where it is.
+    /// a folder needs no migration and is only created if missing; a SQLite database is
+    /// created, or its tables brought up to date, by opening it (the library does that at
+    /// every open). Returns where it is.
     pub fn migrate(&self) -> Result<StoreAt, Failure> {
         match self {
-            StoreSpec::Folder(_) => self.open().map(Store::into_at),
+            StoreSpec::Folder(_) | StoreSpec::Sqlite(_) => self.open().map(Store::into_at),
             StoreSpec::Postgres(pg) => {
                 pg.connect(&IndexedMetadata::default())?.migrate().map_err(|e| {
                     Failure::Error(format!(
@@ -396,16 +469,70 @@ fn schema_from_env() -> Result<Option<String>, Failure> {
     }
 }
 
-/// `--schema` with a folder store does nothing, so it is refused. (`AGENT_SESSION_SCHEMA`
-/// is ignored for a folder: it may be set for other commands.)
-fn refuse_schema_for_folder(schema: Option<&str>, folder: &Path) -> Result<(), Failure> {
-    match schema {
-        None => Ok(()),
-        Some(_) => Err(Failure::Usage(format!(
-            "--schema applies to a PostgreSQL store (--store postgres://... or postgresql://...), and the store here is the folder {}",
-            folder.display()
-        ))),
+/// A store that is a path on this machine.
+#[derive(Clone, Copy)]
+enum LocalKind {
+    Folder,
+    Sqlite,
+}
+
+impl LocalKind {
+    /// What the path is, for messages: `the folder`, `the SQLite database`.
+    fn noun(self) -> &'static str {
+        match self {
+            LocalKind::Folder => "the folder",
+            LocalKind::Sqlite => "the SQLite database",
+        }
     }
+
+    /// What an empty path names, and how to write one: for the usage error.
+    fn empty(self) -> &'static str {
+        match self {
+            LocalKind::Folder => "no folder: write the folder's path, DIR or file:DIR",
+            LocalKind::Sqlite => {
+                "a SQLite store without its path (sqlite:): write sqlite:PATH with the database file's path, such as sqlite:~/.agent-session/sessions.db"
+            }
+        }
+    }
+}
+
+/// The path of a folder or SQLite store as written after its prefix, `~` expanded. An
+/// empty one is a usage error, as is a schema: it would do nothing for a store without
+/// schemas. (`AGENT_SESSION_SCHEMA` is not refused: it may be set for other commands.)
+fn local_path(
+    written: &OsStr,
+    kind: LocalKind,
+    schema: Option<&str>,
+    source: &Source<'_>,
+) -> Result<PathBuf, Failure> {
+    if written.is_empty() {
+        return Err(Failure::Usage(format!(
+            "{} names {}",
+            source.store,
+            kind.empty()
+        )));
+    }
+    let path = PathBuf::from(written);
+    // The library would read `db/` as the file `db` in the current directory.
+    if matches!(kind, LocalKind::Sqlite) && written.as_bytes().ends_with(b"/") {
+        return Err(Failure::Usage(format!(
+            "{} names the folder {} for a SQLite store: sqlite:PATH is the database file, such as sqlite:{}sessions.db",
+            source.store,
+            path.display(),
+            path.display()
+        )));
+    }
+    if schema.is_some() {
+        return Err(Failure::Usage(format!(
+            "{} applies to a PostgreSQL store only (a postgres:// or postgresql:// URL, or postgres:CONNINFO), and {} is {} {}: leave {} out",
+            source.schema_flag,
+            source.store,
+            kind.noun(),
+            path.display(),
+            source.schema_flag
+        )));
+    }
+    expand_home(path, source.store)
 }
 
 /// The server and database of `config` as a URL, without the password and parameters:
@@ -492,6 +619,30 @@ fn open_folder(dir: &Path, keys: &IndexedMetadata) -> Result<FileSessionStore, F
     })
 }
 
+/// The SQLite store in the database file `file`, with the library's defaults: saves
+/// synced before they return (`Durability::Sync`, as the folder store's), and a wait of
+/// up to 30 seconds for another process's write (another agent saving).
+fn open_sqlite(file: &Path, keys: &IndexedMetadata) -> Result<SqliteSessionStore, Failure> {
+    // The library would say only that the file is not a regular file.
+    if std::fs::symlink_metadata(file).is_ok_and(|meta| meta.is_dir()) {
+        return Err(Failure::Error(format!(
+            "the SQLite session store sqlite:{} is a folder, not a database file: give the file's path, such as sqlite:{}/sessions.db (a folder store is written DIR or file:DIR)",
+            file.display(),
+            file.display()
+        )));
+    }
+    SqliteSessionStore::builder()
+        .index_metadata(keys.clone())
+        .open(file)
+        .map_err(|e| {
+            Failure::Error(format!(
+                "the SQLite session store sqlite:{} cannot be used: {}\nhint: its folder must be yours and closed to other users (a missing one is created so); choose another database with --store sqlite:PATH or AGENT_SESSION_STORE, such as sqlite:~/.agent-session/sessions.db",
+                file.display(),
+                chain(&e)
+            ))
+        })
+}
+
 /// A store path with a leading `~` or `~/` read as `$HOME`, as a shell would have: no shell
 /// expands `--store=~/x`, a quoted `'~/x'`, or a variable set to `~/x`, and a folder
 /// literally named `~` is never what was meant. `~user` is refused rather than looked up;
@@ -551,6 +702,77 @@ mod tests {
         assert_eq!(
             server("postgresql://u@h/%1b%5d0"),
             "postgresql://u@h:5432/%1B%5D0"
+        );
+    }
+
+    /// What `value` names for `--store` with `schema`: the kind and path, or the
+    /// usage error's message.
+    fn parsed(value: &str, schema: Option<&str>) -> Result<(&'static str, String), String> {
+        let source = Source {
+            store: "--store",
+            schema_flag: "--schema",
+        };
+        match StoreSpec::parse(OsStr::new(value), schema.map(str::to_owned), &source) {
+            Ok(StoreSpec::Folder(dir)) => Ok(("folder", dir.display().to_string())),
+            Ok(StoreSpec::Sqlite(file)) => Ok(("sqlite", file.display().to_string())),
+            Ok(StoreSpec::Postgres(pg)) => Ok(("postgres", pg.server.clone())),
+            Err(Failure::Usage(message)) => Err(message),
+            Err(Failure::Error(message)) => panic!("{value}: not a usage error: {message}"),
+            Err(Failure::Interrupted) => panic!("{value}: interrupted"),
+        }
+    }
+
+    #[test]
+    fn every_option_reads_the_same_prefixes() {
+        let ok = |kind: &'static str, path: &str| Ok((kind, path.to_owned()));
+        assert_eq!(parsed("sqlite:s.db", None), ok("sqlite", "s.db"));
+        assert_eq!(parsed("sqlite:/a/s.db", None), ok("sqlite", "/a/s.db"));
+        assert_eq!(parsed("file:sqlite:x", None), ok("folder", "sqlite:x"));
+        assert_eq!(parsed("file:d", None), ok("folder", "d"));
+        assert_eq!(parsed("./sqlite:x", None), ok("folder", "./sqlite:x"));
+        assert_eq!(parsed("SQLite:x", None), ok("folder", "SQLite:x"));
+        assert_eq!(parsed("dir", None), ok("folder", "dir"));
+        assert_eq!(
+            parsed("postgres://u@h/db", None),
+            ok("postgres", "postgresql://u@h:5432/db")
+        );
+        assert_eq!(
+            parsed("postgres:host=h user=u dbname=db", Some("s")),
+            ok("postgres", "postgresql://u@h/db")
+        );
+        assert_eq!(
+            parsed("postgres:postgresql://h/db", None),
+            ok("postgres", "postgresql://h:5432/db")
+        );
+    }
+
+    #[test]
+    fn a_store_without_schemas_or_a_path_is_a_usage_error() {
+        let refused = |value: &str, schema: Option<&str>, needles: &[&str]| {
+            let message = parsed(value, schema).expect_err(value);
+            for needle in needles {
+                assert!(message.contains(needle), "{value}: {message}");
+            }
+        };
+        refused(
+            "sqlite:s.db",
+            Some("x"),
+            &[
+                "--schema applies to a PostgreSQL store",
+                "the SQLite database s.db",
+            ],
+        );
+        refused(
+            "d",
+            Some("x"),
+            &["--schema applies to a PostgreSQL store", "the folder d"],
+        );
+        refused("sqlite:", None, &["without its path", "sqlite:PATH"]);
+        refused("file:", None, &["names no folder"]);
+        refused(
+            "sqlite:db/",
+            None,
+            &["the folder db/", "sqlite:db/sessions.db"],
         );
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use agent_session::{
     ContentBlock, FileSessionStore, Message, Role, SessionId, SessionSnapshot, SessionStore,
-    ToolCall, ToolCallStatus, ToolOutput, ToolResult,
+    SqliteSessionStore, ToolCall, ToolCallStatus, ToolOutput, ToolResult,
 };
 use serde_json::{json, Value};
 
@@ -3988,4 +3988,180 @@ fn resume_refuses_a_session_open_elsewhere_unless_taken_over() {
         !listed_line(&listed.stdout, &id).contains("[open by"),
         "{listed:#?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 18: a SQLite store, `--store sqlite:PATH`
+// ---------------------------------------------------------------------------------------
+
+impl Workspace {
+    /// Runs the agent on the store `store` (by `--store`, as written).
+    fn run_on_store(&self, store: &str, args: &[&str]) -> Out {
+        let mut all = vec!["--store", store];
+        all.extend_from_slice(args);
+        self.run(&all)
+    }
+}
+
+/// The session `id` of the SQLite database `db`, read through the library.
+fn load_from_sqlite(db: &Path, id: &str) -> SessionSnapshot {
+    SqliteSessionStore::open(db)
+        .expect("the database opens")
+        .load(&SessionId::parse(id).expect("a valid id"))
+        .expect("the session loads")
+}
+
+#[test]
+fn a_sqlite_store_keeps_the_sessions_of_every_command_in_a_private_database_file() {
+    let ws = Workspace::new();
+    // Relative to the working directory, in a folder the store creates.
+    let store = "sqlite:db/sessions.db";
+    let db = ws.path().join("db").join("sessions.db");
+
+    // A command that only reads creates nothing.
+    let out = ws
+        .run_on_store(store, &["sessions", "list"])
+        .assert_success();
+    assert_eq!(out.stdout, "no saved sessions in sqlite:db/sessions.db\n");
+    assert!(!ws.path().join("db").exists());
+
+    let id = ws
+        .run_on_store(store, &["run", "calc 1+1"])
+        .assert_success()
+        .session_id();
+    assert_eq!(file_mode(&db), 0o600, "the database is private");
+    assert_eq!(file_mode(&ws.path().join("db")), 0o700, "and its folder");
+    let out = ws
+        .run_with_input(
+            &["--store", store, "chat", "--resume", &id],
+            "calc 2*3\n/exit\n",
+        )
+        .assert_success();
+    assert!(out.stdout.contains("2*3 = 6"), "{out:#?}");
+
+    let out = ws
+        .run_on_store(store, &["sessions", "list"])
+        .assert_success();
+    assert_eq!(listed_ids(&out.stdout), [id.as_str()], "{out:#?}");
+    let out = ws
+        .run_on_store(store, &["sessions", "show", &id])
+        .assert_success();
+    for needle in ["calc 1+1", "1+1 = 2", "calc 2*3", "2*3 = 6"] {
+        assert!(
+            out.stdout.contains(needle),
+            "show lacks {needle:?}: {out:#?}"
+        );
+    }
+    assert_eq!(
+        user_prompts(&load_from_sqlite(&db, &id)),
+        ["calc 1+1", "calc 2*3"]
+    );
+
+    // The history commands work on it too: a rewind is a revision the history lists.
+    ws.run_on_store(store, &["sessions", "rewind", &id])
+        .assert_success();
+    let out = ws
+        .run_on_store(store, &["sessions", "history", &id])
+        .assert_success();
+    let kinds: Vec<String> = revision_rows(&out.stdout)
+        .into_iter()
+        .map(|row| row.1)
+        .collect();
+    assert_eq!(kinds.last().map(String::as_str), Some("rewind"), "{out:#?}");
+    assert_eq!(user_prompts(&load_from_sqlite(&db, &id)), ["calc 1+1"]);
+
+    let out = ws
+        .run_on_store(store, &["sessions", "migrate"])
+        .assert_success();
+    assert!(
+        out.stdout.starts_with("the SQLite session store sqlite:/")
+            && out.stdout.contains("db/sessions.db is ready"),
+        "{out:#?}"
+    );
+    assert!(!ws.store_dir().exists(), "the default folder was not used");
+}
+
+#[test]
+fn a_sqlite_store_can_be_named_by_the_environment_with_a_path_in_home() {
+    let ws = Workspace::new();
+    let home = ws.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir");
+    let mut command = ws.command(&["run", "hello"]);
+    command
+        .env("AGENT_SESSION_STORE", "sqlite:~/.agent-session/s.db")
+        .env("HOME", &home);
+    let id = run_command(command).assert_success().session_id();
+    let db = home.join(".agent-session").join("s.db");
+    assert_eq!(file_mode(&db), 0o600);
+    assert_eq!(user_prompts(&load_from_sqlite(&db, &id)), ["hello"]);
+    assert!(!ws.path().join("~").exists(), "no folder named ~");
+    assert!(!ws.store_dir().exists(), "the default folder was not used");
+}
+
+#[test]
+fn a_sqlite_store_refuses_a_schema_a_missing_path_and_a_folder_open_to_others() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let ws = Workspace::new();
+    ws.run(&[
+        "--store",
+        "sqlite:s/x.db",
+        "--schema",
+        "team",
+        "sessions",
+        "list",
+    ])
+    .assert_failure(
+        2,
+        &[
+            "--schema applies to a PostgreSQL store",
+            "the SQLite database s/x.db",
+        ],
+    );
+    ws.run(&["--store", "sqlite:", "run", "hi"]).assert_failure(
+        2,
+        &[
+            "--store names a SQLite store without its path",
+            "sqlite:PATH",
+        ],
+    );
+    let mut command = ws.command(&["sessions", "list"]);
+    command.env("AGENT_SESSION_STORE", "sqlite:");
+    run_command(command).assert_failure(2, &["AGENT_SESSION_STORE names a SQLite store"]);
+    ws.run(&["--store", "sqlite:s/", "run", "hi"])
+        .assert_failure(2, &["the folder s/", "sqlite:s/sessions.db"]);
+    assert!(!ws.path().join("s").exists(), "nothing was created");
+
+    // A folder where the database file should be.
+    std::fs::create_dir(ws.path().join("dir")).expect("mkdir");
+    ws.run(&["--store", "sqlite:dir", "run", "hi"])
+        .assert_failure(1, &["sqlite:dir is a folder, not a database file"]);
+
+    // A folder others may write to: refused before anything is written in it.
+    let open = ws.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    ws.run(&["--store", "sqlite:open/x.db", "run", "hi"])
+        .assert_failure(
+            1,
+            &[
+                "the SQLite session store sqlite:open/x.db cannot be used",
+                "hint:",
+            ],
+        );
+    assert!(!open.join("x.db").exists());
+    assert!(!ws.store_dir().exists(), "the default folder was not used");
+}
+
+#[test]
+fn help_says_how_to_name_a_sqlite_store() {
+    let ws = Workspace::new();
+    let help = ws.run(&["--help"]).assert_success().stdout;
+    assert!(
+        help.contains("sqlite:PATH"),
+        "--help lacks sqlite:PATH:\n{help}"
+    );
+    let copy = ws.run(&["copy", "--help"]).assert_success().stdout;
+    assert!(copy.contains("sqlite:PATH"), "{copy}");
+    assert!(!copy.contains("not opened"), "{copy}");
 }
