@@ -27,6 +27,10 @@
 //! log at each commit with `synchronous = FULL`, which only a real power cut, or a VFS
 //! that drops unsynced writes, could test).
 //!
+//! Negative control: [`sqlite_kill_checks_catch_a_lost_save_and_a_mixed_state`] runs the
+//! same checks on an older copy of a database (a lost acknowledged save) and on a state
+//! no save makes, and requires both to be caught.
+//!
 //! `cargo test` runs 120 kills; `AGENT_SESSION_LONG=1` runs 1,200. `AGENT_SESSION_SEED`
 //! replays a run's delays and cuts.
 #![cfg(all(unix, feature = "sqlite"))]
@@ -343,4 +347,57 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
         "sqlite kill test: {kills} kills, {total_acks} acknowledged saves checked, {images_checked} power-cut images (seed {seed})"
     );
     assert!(total_acks > 0, "the child never saved (seed {seed})");
+}
+
+/// The negative control of the checks above: a store that lost an acknowledged save (an
+/// older, consistent copy of the database) and one holding a state no save makes (a
+/// message of another position) must both be caught by the same checks the kill loop
+/// runs.
+#[test]
+fn sqlite_kill_checks_catch_a_lost_save_and_a_mixed_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("store").join("sessions.db");
+    let mut rng = Rng(7);
+    let store = SqliteSessionStore::open(&db).expect("open");
+    let save_next = |id: &SessionId| -> u64 {
+        let loaded = store.load(id).ok();
+        store.save(&next_state(id, loaded)).expect("save").as_u64()
+    };
+    for id in session_ids() {
+        for _ in 0..3 {
+            save_next(&id);
+        }
+    }
+    // A consistent copy of the database as it is now, made private as the store wants.
+    let old = dir.path().join("old").join("sessions.db");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(old.parent().expect("parent"))
+        .expect("a private directory");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute("VACUUM INTO ?1", [old.to_str().expect("utf-8 path")]))
+        .expect("copy the database");
+    std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let own = sid("own-0");
+    let acknowledged = save_next(&own);
+    let found = check_store(&db, &mut rng).expect("the store itself passes");
+    assert_eq!(found.get(&own).copied(), Some(acknowledged));
+    // The old copy passes as a store, but misses the acknowledged save.
+    let found = check_store(&old, &mut rng).expect("an older state is still consistent");
+    assert!(
+        found.get(&own).copied().unwrap_or(0) < acknowledged,
+        "the lost save must show as a revision behind the acknowledgement"
+    );
+    // A state no save makes: message 2 where message 3 belongs.
+    let loaded = store.load(&own).expect("load");
+    let mixed = loaded
+        .with_appended(
+            vec![Message::user(message(&own, 2))],
+            vec![],
+            chrono::Utc::now(),
+        )
+        .expect("append");
+    store.save(&mixed).expect("save");
+    let caught = check_store(&db, &mut rng).expect_err("a mixed state is caught");
+    assert!(caught.contains("not that state's"), "{caught}");
 }
