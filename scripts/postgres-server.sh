@@ -32,6 +32,9 @@
 # The caller should run under `set -euo pipefail`. A caller with its own EXIT trap must
 # call pg_server_stop from it (pg_server_start replaces the EXIT trap).
 
+# shellcheck source=scripts/debian-package.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/debian-package.sh"
+
 # Where Debian and Ubuntu install the server binaries, one directory per major version.
 PG_SERVER_LIB_ROOT=${PG_SERVER_LIB_ROOT:-/usr/lib/postgresql}
 PG_SERVER_USER=agent_session
@@ -203,23 +206,6 @@ pg_server__make_certs() {
     ) >"$dir/openssl.log" 2>&1
 }
 
-# Makes openssl available (Debian's package, as root or through sudo); fails if it cannot.
-pg_server__ensure_openssl() {
-    command -v openssl >/dev/null 2>&1 && return 0
-    command -v apt-get >/dev/null 2>&1 || return 1
-    local -a sudo=()
-    if ((EUID != 0)); then
-        command -v sudo >/dev/null 2>&1 || return 1
-        if [[ -t 0 ]]; then sudo=(sudo); else sudo=(sudo -n); fi
-    fi
-    pg_server__log "openssl not found (it makes the test server's TLS certificate): installing Debian's openssl package"
-    # To stderr: nothing of apt's in the caller's output.
-    { ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update \
-        && ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y --no-install-recommends openssl; } >&2 || return 1
-    command -v openssl >/dev/null 2>&1
-}
-
 pg_server__log_tail() {
     local file=$1
     if [[ -s $file ]]; then
@@ -275,7 +261,7 @@ pg_server_start() {
     fi
     # TLS with a throw-away CA (see the top of this file); a server without it otherwise.
     local tls_dir=$PG_SERVER_ROOT/tls tls_conf=''
-    if pg_server__ensure_openssl && mkdir -m 755 -- "$tls_dir" \
+    if ensure_command openssl openssl "it makes the test server's TLS certificate" && mkdir -m 755 -- "$tls_dir" \
         && pg_server__make_certs "$tls_dir"; then
         if ((EUID == 0)); then
             chown "$PG_SERVER_OS_USER:" "$tls_dir/server.key" "$tls_dir/server.pem" || return 1

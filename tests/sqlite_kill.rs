@@ -22,10 +22,10 @@
 //! power cut makes meaningless; SQLite rebuilds it from the log), and the copied log is
 //! cut at a random byte: what a power cut leaves of a log whose last frames never reached
 //! the disk. The image must open, and every session in it load as exactly a state. This
-//! checks that a torn log tail leaves an older consistent state, never damage; it cannot
-//! check that acknowledged saves survive a power cut (that rests on SQLite's fsync of the
-//! log at each commit with `synchronous = FULL`, which only a real power cut, or a VFS
-//! that drops unsynced writes, could test).
+//! checks that a torn log tail leaves an older consistent state, never damage. That
+//! acknowledged saves survive a power cut (SQLite's fsync of the log at each commit with
+//! `synchronous = FULL`) is checked by tests/sqlite_power_loss.rs, which replays the
+//! store's traced writes and fsyncs and drops what no fsync covered.
 //!
 //! Negative control: [`sqlite_kill_checks_catch_a_lost_save_and_a_mixed_state`] runs the
 //! same checks on an older copy of a database (a lost acknowledged save) and on a state
