@@ -95,6 +95,68 @@ pub(crate) struct SharedPrefix {
 /// holds its own copy, so a load follows at most this many parents.
 pub(crate) const MAX_SHARED_DEPTH: u32 = 8;
 
+/// How many sessions a load reads at most: the deepest chain of sharing forks a store
+/// writes, and the session itself.
+pub(crate) const SHARED_DEPTH_BUDGET: u32 = MAX_SHARED_DEPTH + 1;
+
+/// For a stored base (checkpoint) that shares its first messages with its parent: the
+/// parent's state at the revision the fork was made from, read with `load_parent(parent,
+/// revision, budget)` (the store's own read, following at most `budget` more parents) and
+/// checked to be the session and the messages the fork shares; `None` for a base that
+/// holds its own messages. One check for every store that shares prefixes.
+///
+/// # Errors
+///
+/// [`Error::Inconsistent`] if the base names no parent, the chain of sharing forks is
+/// longer than a store writes (or than `budget`), or the parent is missing, is another
+/// session now (another creation time), no longer keeps that revision or has fewer
+/// messages than the fork shares; `load_parent`'s other errors as they are.
+pub(crate) fn shared_prefix_of(
+    base: &SessionSnapshot,
+    budget: u32,
+    load_parent: impl FnOnce(&SessionId, Revision, u32) -> Result<SessionSnapshot>,
+) -> Result<Option<SessionSnapshot>> {
+    let Some(share) = base.share() else {
+        return Ok(None);
+    };
+    let id = base.id();
+    let Some(lineage) = base.lineage() else {
+        return Err(Error::inconsistent(format!(
+            "session {id} says it shares its first messages with its parent but names none"
+        )));
+    };
+    if budget == 0 || share.depth > MAX_SHARED_DEPTH {
+        return Err(Error::inconsistent(format!(
+            "session {id} shares its first messages through a chain of forks longer than the {MAX_SHARED_DEPTH} a store writes"
+        )));
+    }
+    let gone = |why: String| {
+        Error::inconsistent(format!(
+            "session {id} shares its first {} messages with revision {} of session {}, but {why}; the fork cannot be loaded without them",
+            lineage.fork_point, lineage.parent_revision, lineage.parent
+        ))
+    };
+    let parent = match load_parent(&lineage.parent, lineage.parent_revision, budget - 1) {
+        Ok(parent) => parent,
+        Err(e) if e.is_not_found() => return Err(gone(e.to_string())),
+        Err(e) => return Err(e),
+    };
+    if parent.created_at() != share.parent_created_at {
+        return Err(gone(format!(
+            "that session is now another one (created at {}, not {})",
+            parent.created_at(),
+            share.parent_created_at
+        )));
+    }
+    if lineage.fork_point > parent.transcript().len() {
+        return Err(gone(format!(
+            "that revision has only {} messages",
+            parent.transcript().len()
+        )));
+    }
+    Ok(Some(parent))
+}
+
 /// Where to cut the parent's history when forking: the fork starts with the messages
 /// before the cut.
 ///

@@ -45,8 +45,8 @@ pub(crate) use entry::{
     push_frame, split_entry, EntryHead, FRAME_HEADER_LEN,
 };
 pub use entry::{EntryKind, LogEntry};
+pub(crate) use fork::{shared_prefix_of, SharedPrefix, SHARED_DEPTH_BUDGET};
 pub use fork::{ForkAt, Lineage};
-pub(crate) use fork::{SharedPrefix, MAX_SHARED_DEPTH};
 pub(crate) use log::LogSource;
 pub use log::{History, HistoryMessage, HistoryStats, RevisionInfo, SessionLog, Standing};
 pub(crate) use record::{counts_after, decode_record};

@@ -11,14 +11,10 @@ use std::io;
 use super::FileSessionStore;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{LogSource, SessionSnapshot, MAX_SHARED_DEPTH};
+use crate::snapshot::{shared_prefix_of, LogSource, SessionSnapshot, SHARED_DEPTH_BUDGET};
 
 /// The largest `<id>.forks` file read: one id (at most 128 bytes) and a newline a fork.
 const MAX_FORKS_BYTES: u64 = 16 * 1024 * 1024;
-
-/// How many parents a load follows at most: the deepest chain of sharing forks a store
-/// writes, and the session itself.
-pub(super) const SHARED_DEPTH_BUDGET: u32 = MAX_SHARED_DEPTH + 1;
 
 impl FileSessionStore {
     /// For a base that shares its first messages with its parent: the parent's state at
@@ -27,9 +23,9 @@ impl FileSessionStore {
     ///
     /// # Errors
     ///
-    /// [`Error::Inconsistent`] if the parent is missing, is another session now (another
-    /// creation time), no longer keeps that revision, has fewer messages than the fork
-    /// shares, or the chain of sharing forks is longer than a store writes; errors of
+    /// As [`shared_prefix_of`]: [`Error::Inconsistent`] if the parent is missing, is
+    /// another session now, no longer keeps that revision, has fewer messages than the
+    /// fork shares, or the chain of sharing forks is longer than a store writes; errors of
     /// reading the parent otherwise.
     pub(super) fn shared_prefix(
         &self,
@@ -37,48 +33,9 @@ impl FileSessionStore {
         locked: bool,
         budget: u32,
     ) -> Result<Option<SessionSnapshot>> {
-        let Some(share) = base.share() else {
-            return Ok(None);
-        };
-        let id = base.id();
-        let Some(lineage) = base.lineage() else {
-            return Err(Error::inconsistent(format!(
-                "session {id} says it shares its first messages with its parent but names none"
-            )));
-        };
-        if budget == 0 || share.depth > MAX_SHARED_DEPTH {
-            return Err(Error::inconsistent(format!(
-                "session {id} shares its first messages through a chain of forks longer than the {MAX_SHARED_DEPTH} a store writes"
-            )));
-        }
-        let parent = self.with_log_within(&lineage.parent, locked, budget - 1, |log| {
-            log.state_at(Some(lineage.parent_revision))
-        });
-        let gone = |why: String| {
-            Error::inconsistent(format!(
-                "session {id} shares its first {} messages with revision {} of session {}, but {why}; the fork cannot be loaded without them",
-                lineage.fork_point, lineage.parent_revision, lineage.parent
-            ))
-        };
-        let parent = match parent {
-            Ok(parent) => parent,
-            Err(e) if e.is_not_found() => return Err(gone(e.to_string())),
-            Err(e) => return Err(e),
-        };
-        if parent.created_at() != share.parent_created_at {
-            return Err(gone(format!(
-                "that session is now another one (created at {}, not {})",
-                parent.created_at(),
-                share.parent_created_at
-            )));
-        }
-        if lineage.fork_point > parent.transcript().len() {
-            return Err(gone(format!(
-                "that revision has only {} messages",
-                parent.transcript().len()
-            )));
-        }
-        Ok(Some(parent))
+        shared_prefix_of(base, budget, |parent, revision, budget| {
+            self.with_log_within(parent, locked, budget, |log| log.state_at(Some(revision)))
+        })
     }
 
     /// What the first save of `snapshot` writes as its base at `revision`: for a fork made

@@ -11,7 +11,6 @@ use std::sync::MutexGuard;
 
 use chrono::{DateTime, Utc};
 
-use super::fork::SHARED_DEPTH_BUDGET;
 use super::journal;
 use super::private_dir::{is_private, read_bytes, HEAD_BYTES, NAME_KEPT_CHANGING};
 use super::summary::Stamp;
@@ -21,7 +20,7 @@ use crate::id::{Revision, SessionId};
 use crate::snapshot::window;
 use crate::snapshot::{
     counts_after, decode_any_head, decode_head, decode_record, split_entry, Counts, EntryKind,
-    HistoryStats, LogSource, SessionSnapshot,
+    HistoryStats, LogSource, SessionSnapshot, SHARED_DEPTH_BUDGET,
 };
 use crate::store::{check_revision, check_stored_id};
 

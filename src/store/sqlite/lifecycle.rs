@@ -3,12 +3,12 @@
 use chrono::DateTime;
 use rusqlite::{Connection, OptionalExtension};
 
-use super::log::SHARED_DEPTH_BUDGET;
 use super::rows::{revision_column, revision_of, summary_json, to_i64};
 use super::search::words_of;
 use super::SqliteSessionStore;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
+use crate::snapshot::SHARED_DEPTH_BUDGET;
 use crate::store::{check_unchanged, SessionSummary, StoredVersion};
 use crate::telemetry;
 

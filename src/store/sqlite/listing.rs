@@ -5,12 +5,12 @@
 
 use chrono::{DateTime, Utc};
 
-use super::log::SHARED_DEPTH_BUDGET;
 use super::rows::{nanos, nanos_saturating, summary_json, summary_of, to_i64};
 use super::SqliteSessionStore;
 use crate::clock;
 use crate::error::Result;
 use crate::id::{Revision, SessionId};
+use crate::snapshot::SHARED_DEPTH_BUDGET;
 use crate::store::{
     check_page_limit, ListCursor, ListFilter, ListScope, SessionList, SessionPage, SessionSummary,
 };

@@ -10,14 +10,11 @@ use super::SqliteSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::{
-    decode_head, intact_frame, split_entry, LogSource, SessionSnapshot, MAX_SHARED_DEPTH,
+    decode_head, intact_frame, shared_prefix_of, split_entry, LogSource, SessionSnapshot,
+    SHARED_DEPTH_BUDGET,
 };
 use crate::store::check_stored_id;
 use crate::telemetry;
-
-/// How many parents a load follows at most: the deepest chain of sharing forks the store
-/// writes, and the session itself.
-pub(super) const SHARED_DEPTH_BUDGET: u32 = MAX_SHARED_DEPTH + 1;
 
 /// The parent (id and revision) whose first messages a checkpoint leaves out.
 pub(super) type SharedParent = Option<(SessionId, Revision)>;
@@ -221,47 +218,9 @@ impl SqliteSessionStore {
         base: &SessionSnapshot,
         budget: u32,
     ) -> Result<Option<SessionSnapshot>> {
-        let Some(share) = base.share() else {
-            return Ok(None);
-        };
-        let id = base.id();
-        let Some(lineage) = base.lineage() else {
-            return Err(Error::inconsistent(format!(
-                "session {id} says it shares its first messages with its parent but names none"
-            )));
-        };
-        if budget == 0 || share.depth > MAX_SHARED_DEPTH {
-            return Err(Error::inconsistent(format!(
-                "session {id} shares its first messages through a chain of forks longer than the {MAX_SHARED_DEPTH} the store writes"
-            )));
-        }
-        let gone = |why: String| {
-            Error::inconsistent(format!(
-                "session {id} shares its first {} messages with revision {} of session {}, but {why}; the fork cannot be loaded without them",
-                lineage.fork_point, lineage.parent_revision, lineage.parent
-            ))
-        };
-        let parent = match self.with_log(conn, &lineage.parent, budget - 1, |log| {
-            log.state_at(Some(lineage.parent_revision))
-        }) {
-            Ok(parent) => parent,
-            Err(e) if e.is_not_found() => return Err(gone(e.to_string())),
-            Err(e) => return Err(e),
-        };
-        if parent.created_at() != share.parent_created_at {
-            return Err(gone(format!(
-                "that session is now another one (created at {}, not {})",
-                parent.created_at(),
-                share.parent_created_at
-            )));
-        }
-        if lineage.fork_point > parent.transcript().len() {
-            return Err(gone(format!(
-                "that revision has only {} messages",
-                parent.transcript().len()
-            )));
-        }
-        Ok(Some(parent))
+        shared_prefix_of(base, budget, |parent, revision, budget| {
+            self.with_log(conn, parent, budget, |log| log.state_at(Some(revision)))
+        })
     }
 
     /// The checkpoint the first save of `snapshot` writes at `revision`: for a fork made

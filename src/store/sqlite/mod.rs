@@ -24,10 +24,10 @@ mod schema;
 mod search;
 
 use self::db::Db;
-use self::log::SHARED_DEPTH_BUDGET;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
 use crate::lease::{Lease, LeaseRequest};
+use crate::snapshot::SHARED_DEPTH_BUDGET;
 use crate::snapshot::{History, RevisionInfo, SessionSnapshot};
 use crate::store::{
     Durability, IndexedMetadata, ListCursor, ListFilter, ListScope, SearchPage, SearchQuery,

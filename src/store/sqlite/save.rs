@@ -6,7 +6,6 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension};
 
-use super::log::SHARED_DEPTH_BUDGET;
 use super::rows::{
     nanos, parse_counts, revision_column, revision_of, state_counts, summary_json, summary_of,
     to_i64,
@@ -15,6 +14,7 @@ use super::search::words_of;
 use super::{lease, SqliteSessionStore};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
+use crate::snapshot::SHARED_DEPTH_BUDGET;
 use crate::snapshot::{EntryKind, HistoryStats, LogEntry, SessionSnapshot};
 use crate::store::check_revision;
 use crate::store::lease_rules;
