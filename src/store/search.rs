@@ -149,10 +149,49 @@ impl SearchQuery {
     /// Whether `text` holds every word of the query.
     #[must_use]
     pub fn matches_text(&self, text: &str) -> bool {
-        let words: Vec<String> = word_spans(text).map(|(_, w)| w.to_lowercase()).collect();
-        self.words
-            .iter()
-            .all(|w| words.iter().any(|t| w.matches(t)))
+        self.matches_pieces(std::iter::once(text))
+    }
+
+    /// Whether `pieces` together hold every word of the query (as their text joined with
+    /// newlines would: a newline is never part of a word).
+    ///
+    /// Searches read every message of the sessions they look at, so this is the hot loop
+    /// of every store's search: it allocates nothing for an ASCII word of the text (it
+    /// compares it with the query's lower-case words ignoring ASCII case, which is what
+    /// `to_lowercase` does to ASCII), and stops at the first word that completes the
+    /// query. A word with other characters is lowered with `str::to_lowercase`, as
+    /// before, so the matching is the same.
+    fn matches_pieces<'t>(&self, pieces: impl IntoIterator<Item = &'t str>) -> bool {
+        // At most MAX_QUERY_WORDS (32) words: one bit each.
+        let all = u64::MAX >> (64 - self.words.len());
+        let mut found = 0u64;
+        for piece in pieces {
+            for (_, word) in word_spans(piece) {
+                found |= self.words_matched_by(word);
+                if found == all {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The query words that `word` (of a text, any case) matches, one bit each.
+    fn words_matched_by(&self, word: &str) -> u64 {
+        let lowered;
+        let (word, ascii) = if word.is_ascii() {
+            (word, true)
+        } else {
+            lowered = word.to_lowercase();
+            (lowered.as_str(), false)
+        };
+        let mut bits = 0;
+        for (i, query) in self.words.iter().enumerate() {
+            if query.matches(word, ascii) {
+                bits |= 1 << i;
+            }
+        }
+        bits
     }
 
     /// The query's words as an index is asked for them: each lower case, and whether it
@@ -165,7 +204,7 @@ impl SearchQuery {
     /// Whether `message`'s searchable text holds every word of the query.
     #[must_use]
     pub fn matches_message(&self, message: &Message) -> bool {
-        self.matches_text(&searchable_text(message))
+        self.matches_pieces(searchable_pieces(message))
     }
 
     /// The hits in `history` (only those in the view with
@@ -177,14 +216,12 @@ impl SearchQuery {
             .iter()
             .enumerate()
             .filter(|(_, m)| !self.view_only || matches!(m.standing, Standing::InView { .. }))
-            .filter_map(|(position, m)| {
-                let text = searchable_text(&m.message);
-                self.matches_text(&text).then(|| MessageHit {
-                    position,
-                    standing: m.standing,
-                    role: m.message.role,
-                    snippet: self.snippet(&text),
-                })
+            .filter(|(_, m)| self.matches_message(&m.message))
+            .map(|(position, m)| MessageHit {
+                position,
+                standing: m.standing,
+                role: m.message.role,
+                snippet: self.snippet(&searchable_text(&m.message)),
             })
             .collect()
     }
@@ -209,10 +246,8 @@ impl SearchQuery {
 
     /// Up to [`SNIPPET_CHARS`] characters of `text` around the first word that matches.
     fn snippet(&self, text: &str) -> String {
-        let first = word_spans(text).find_map(|(start, word)| {
-            let word = word.to_lowercase();
-            self.words.iter().any(|w| w.matches(&word)).then_some(start)
-        });
+        let first = word_spans(text)
+            .find_map(|(start, word)| (self.words_matched_by(word) != 0).then_some(start));
         let at = first.unwrap_or(0);
         // Start a third of a snippet before the word, at a character boundary.
         let before: Vec<(usize, char)> = text[..at].char_indices().collect();
@@ -231,12 +266,25 @@ impl SearchQuery {
 }
 
 impl Word {
-    /// Whether `word` (lower case) is this word, or begins with it for a prefix.
-    fn matches(&self, word: &str) -> bool {
-        if self.prefix {
-            word.starts_with(&self.text)
+    /// Whether `word` is this word, or begins with it for a prefix: `word` is lower case,
+    /// or ASCII (`ascii`) in any case. This word is lower case (`str::to_lowercase`), so
+    /// it holds no ASCII capital, and an ASCII word lowers to it exactly when the two are
+    /// equal ignoring ASCII case.
+    fn matches(&self, word: &str, ascii: bool) -> bool {
+        let query = self.text.as_bytes();
+        let word = word.as_bytes();
+        let word = if self.prefix {
+            match word.get(..query.len()) {
+                Some(start) => start,
+                None => return false,
+            }
         } else {
-            word == self.text
+            word
+        };
+        if ascii {
+            word.eq_ignore_ascii_case(query)
+        } else {
+            word == query
         }
     }
 }
@@ -259,13 +307,28 @@ pub(crate) fn word_spans(text: &str) -> impl Iterator<Item = (usize, &str)> {
 /// The words an index records for `messages`: the crate's words of their searchable
 /// text, lower case, each once. A message holding every word of a query lies in a row of
 /// an index whose words hold them all, so an index of these words never misses a match.
+///
+/// Sorted (by bytes) and borrowed where a word is lower case already: a save computes
+/// this for every turn, so it allocates only for words it must lower.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) fn index_words(messages: &[Message]) -> std::collections::BTreeSet<String> {
-    let mut words = std::collections::BTreeSet::new();
-    for message in messages {
-        let text = searchable_text(message);
-        words.extend(word_spans(&text).map(|(_, word)| word.to_lowercase()));
-    }
+pub(crate) fn index_words(messages: &[Message]) -> Vec<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
+    let mut words: Vec<Cow<'_, str>> = messages
+        .iter()
+        .flat_map(searchable_pieces)
+        .flat_map(word_spans)
+        .map(|(_, word)| {
+            if !word.is_ascii() {
+                Cow::Owned(word.to_lowercase())
+            } else if word.bytes().any(|b| b.is_ascii_uppercase()) {
+                Cow::Owned(word.to_ascii_lowercase())
+            } else {
+                Cow::Borrowed(word)
+            }
+        })
+        .collect();
+    words.sort_unstable();
+    words.dedup();
     words
 }
 
@@ -273,29 +336,33 @@ pub(crate) fn index_words(messages: &[Message]) -> std::collections::BTreeSet<St
 #[must_use]
 pub fn searchable_text(message: &Message) -> String {
     let mut out = String::new();
-    let mut push = |text: &str| {
+    for piece in searchable_pieces(message) {
         if !out.is_empty() {
             out.push('\n');
         }
-        out.push_str(text);
-    };
-    for block in &message.content {
-        match block {
-            ContentBlock::Text(t) => push(&t.text),
-            ContentBlock::ToolResult(result) => match &result.output {
-                ToolOutput::Text(text) => push(text),
-                ToolOutput::Blocks(blocks) => {
-                    for block in blocks {
-                        if let ContentBlock::Text(t) = block {
-                            push(&t.text);
-                        }
-                    }
-                }
-            },
-            _ => {}
-        }
+        out.push_str(piece);
     }
     out
+}
+
+/// The pieces of [`searchable_text`], in order, without joining them.
+fn searchable_pieces(message: &Message) -> impl Iterator<Item = &str> {
+    message.content.iter().flat_map(|block| {
+        let (alone, blocks): (Option<&str>, &[ContentBlock]) = match block {
+            ContentBlock::Text(t) => (Some(&t.text), &[]),
+            ContentBlock::ToolResult(result) => match &result.output {
+                ToolOutput::Text(text) => (Some(text), &[]),
+                ToolOutput::Blocks(blocks) => (None, blocks),
+            },
+            _ => (None, &[]),
+        };
+        alone
+            .into_iter()
+            .chain(blocks.iter().filter_map(|b| match b {
+                ContentBlock::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            }))
+    })
 }
 
 /// The strings, numbers and booleans in `value`, separated by newlines.
@@ -518,6 +585,79 @@ mod tests {
         assert!(SearchQuery::new(" - ; ").is_err());
         let many: Vec<String> = (0..=MAX_QUERY_WORDS).map(|i| format!("w{i}")).collect();
         assert!(SearchQuery::new(&many.join(" ")).is_err());
+    }
+
+    /// The matching as it is defined (every word of the text lowered with
+    /// `str::to_lowercase`, then compared), which the allocation-free loop must equal.
+    fn reference_match(query: &SearchQuery, text: &str) -> bool {
+        let words: Vec<String> = word_spans(text).map(|(_, w)| w.to_lowercase()).collect();
+        query.words.iter().all(|q| {
+            words.iter().any(|w| {
+                if q.prefix {
+                    w.starts_with(&q.text)
+                } else {
+                    *w == q.text
+                }
+            })
+        })
+    }
+
+    /// Letters whose lower case is not what ASCII folding gives (`İ` lowers to two
+    /// characters, `Σ` to `σ`, `K` (Kelvin) to ASCII `k`), with ASCII in both cases.
+    const ALPHABET: &[char] = &[
+        'a', 'A', 'b', 'B', 'k', 'K', 'i', 'I', 'z', '1', ' ', '-', '\n', 'ü', 'Ü', 'σ', 'Σ', 'ς',
+        'İ', '\u{307}', '\u{212A}', 'ß', 'ẞ',
+    ];
+
+    fn text_of(picks: &[usize]) -> String {
+        picks
+            .iter()
+            .map(|&i| ALPHABET[i % ALPHABET.len()])
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_matching_loop_equals_lowering_every_word(
+            text in proptest::collection::vec(0usize..64, 0..40),
+            query in proptest::collection::vec(0usize..64, 1..8),
+            prefix in proptest::bool::ANY,
+        ) {
+            let text = text_of(&text);
+            let query = format!("{}{}", text_of(&query), if prefix { "*" } else { "" });
+            if let Ok(query) = SearchQuery::new(&query) {
+                proptest::prop_assert_eq!(
+                    query.matches_text(&text),
+                    reference_match(&query, &text),
+                    "query {:?} text {:?}", query.words(), text
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ascii_words_match_in_any_case_and_others_through_their_lower_case() {
+        let query = SearchQuery::new("zanzibar k σ").expect("query");
+        assert!(query.matches_text("ZanZIBAR: K, Σ"));
+        // The Kelvin sign lowers to ASCII `k`; the loop must not compare it as ASCII.
+        assert!(query.matches_text("zanzibar \u{212A} σ"));
+        assert!(!query.matches_text("zanzibarx k σ"), "whole words only");
+        assert!(SearchQuery::new("zan*")
+            .expect("query")
+            .matches_text("ZANZIBAR"));
+        assert!(!SearchQuery::new("zanzibarquux*")
+            .expect("query")
+            .matches_text("ZANZIBAR"));
+        // A message's pieces are words apart, as in its searchable text.
+        let message = Message::new(
+            Role::User,
+            vec![ContentBlock::text("the lock"), ContentBlock::text("bug")],
+        );
+        let query = SearchQuery::new("lockbug").expect("query");
+        assert!(!query.matches_message(&message));
+        assert!(SearchQuery::new("lock bug")
+            .expect("query")
+            .matches_message(&message));
     }
 
     #[test]

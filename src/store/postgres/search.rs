@@ -37,10 +37,7 @@ pub(super) fn create_tables(schema: &str) -> String {
 /// The words of `messages` as the `words` column holds them: the crate's words of their
 /// searchable text, lower case, each once, separated by spaces.
 pub(super) fn words_of(messages: &[Message]) -> String {
-    search::index_words(messages)
-        .into_iter()
-        .collect::<Vec<_>>()
-        .join(" ")
+    search::index_words(messages).join(" ")
 }
 
 /// `query` as a `tsquery` for `to_tsquery('simple', …)`: every word (a prefix word with
