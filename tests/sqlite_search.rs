@@ -1,8 +1,10 @@
 //! `SqliteSessionStore`'s search index and filtered listings beyond the store contract
 //! (issue 18): the FTS5 index names the sessions a search reads and follows every change
-//! of a log (appends, whole writes, trims, deletes, forks whose parent goes); a database
-//! of tables version 1 (no index) is brought up with its sessions still found; filtered
-//! pages walk the listing index across its chunks, each unreadable row reported once; new indexed metadata keys rewrite the
+//! of a log (appends, whole writes, trims, deletes, forks whose parent goes), both while
+//! the words wait in `search_pending` and once a later save has moved them into the
+//! index; databases of tables versions 1 (no index) and 2 (no pending rows) are brought
+//! up with their sessions still found; filtered pages walk the listing index across its
+//! chunks, each unreadable row reported once; new indexed metadata keys rewrite the
 //! summaries.
 #![cfg(all(unix, feature = "sqlite"))]
 
@@ -66,6 +68,42 @@ fn found(page: &SearchPage) -> Vec<String> {
     ids
 }
 
+/// Rows in `table`.
+fn count(db: &Path, table: &str) -> i64 {
+    raw(db)
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .expect("count")
+}
+
+/// Saves turns of a session `padding` (whose only word is `padding`) until the store has
+/// moved every pending row's words into the FTS5 index, so the rows saved before are
+/// searched through the index, not matched as pending rows.
+fn index_pending(store: &SqliteSessionStore, db: &Path) {
+    let mut snapshot = match store.load(&sid("padding")) {
+        Ok(snapshot) => snapshot,
+        Err(e) if e.is_not_found() => {
+            let first = SessionSnapshot::builder(sid("padding"), "m")
+                .transcript(vec![Message::user("padding")])
+                .build()
+                .expect("build");
+            let revision = store.save(&first).expect("save");
+            first.stored_at(revision)
+        }
+        Err(e) => panic!("load the padding session: {e}"),
+    };
+    for _ in 0..1_000 {
+        if count(db, "search_pending") == 0 {
+            return;
+        }
+        let next = snapshot
+            .with_appended(vec![Message::user("padding")], vec![], chrono::Utc::now())
+            .expect("append");
+        let revision = store.save(&next).expect("save");
+        snapshot = next.stored_at(revision);
+    }
+    panic!("1,000 saves never moved the pending words into the index");
+}
+
 /// Damages the checkpoint of `id` so that reading its log fails.
 fn damage(db: &Path, id: &str) {
     raw(db)
@@ -78,12 +116,33 @@ fn damage(db: &Path, id: &str) {
 
 #[test]
 fn a_search_reads_only_the_sessions_the_index_names() {
+    search_reads_only_the_sessions_the_index_names(false);
+}
+
+#[test]
+fn a_search_reads_only_the_sessions_the_index_names_once_indexed() {
+    search_reads_only_the_sessions_the_index_names(true);
+}
+
+/// With `indexed`, the sessions' words are moved into FTS5 before searching; without,
+/// they are still pending.
+fn search_reads_only_the_sessions_the_index_names(indexed: bool) {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("s.db");
     let store = SqliteSessionStore::open(&db).expect("open");
     session(&store, "a", "the lock bug", 2);
     session(&store, "b", "nothing here", 2);
     session(&store, "c", "a damaged session", 2);
+    if indexed {
+        index_pending(&store, &db);
+        assert!(
+            count(&db, "search_rows") >= 9,
+            "a, b and c are in the index"
+        );
+    } else {
+        assert_eq!(count(&db, "search_rows"), 0, "nothing indexed yet");
+        assert_eq!(count(&db, "search_pending"), 9);
+    }
     damage(&db, "c");
 
     // `lock` is in `a` only: `c` is never read, so it is not reported unreadable.
@@ -114,10 +173,27 @@ fn a_search_reads_only_the_sessions_the_index_names() {
 
 #[test]
 fn the_index_follows_whole_writes_trims_deletes_and_forks_whose_parent_goes() {
+    index_follows_every_change(false);
+}
+
+#[test]
+fn the_index_follows_every_change_once_the_words_are_indexed() {
+    index_follows_every_change(true);
+}
+
+/// With `indexed`, the words are moved into FTS5 after each change; without, the
+/// changes' words stay pending (the first few saves of a store).
+fn index_follows_every_change(indexed: bool) {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("s.db");
     let store = SqliteSessionStore::open(&db).expect("open");
+    let settle = || {
+        if indexed {
+            index_pending(&store, &db);
+        }
+    };
     let parent = session(&store, "parent", "kestrel", 4);
+    settle();
 
     // A trim makes the state at revision 3 the checkpoint: its messages (the first one
     // too) must still be found, and the kept entries' words.
@@ -127,6 +203,7 @@ fn the_index_follows_whole_writes_trims_deletes_and_forks_whose_parent_goes() {
             .expect("trim"),
         2
     );
+    settle();
     assert_eq!(found(&search(&store, "kestrel")), ["parent"]);
     assert_eq!(found(&search(&store, "word4")), ["parent"]);
 
@@ -135,8 +212,10 @@ fn the_index_follows_whole_writes_trims_deletes_and_forks_whose_parent_goes() {
     let fork = store
         .fork(parent.id(), ForkAt::End, sid("fork"))
         .expect("fork");
+    settle();
     assert_eq!(found(&search(&store, "kestrel")), ["fork", "parent"]);
     store.delete(parent.id()).expect("delete the parent");
+    settle();
     assert_eq!(found(&search(&store, "kestrel")), ["fork"]);
 
     // A snapshot saved whole over the session (another session under its id) replaces
@@ -147,10 +226,17 @@ fn the_index_follows_whole_writes_trims_deletes_and_forks_whose_parent_goes() {
         .build()
         .expect("build");
     store.save(&other).expect("save");
+    settle();
     assert_eq!(found(&search(&store, "osprey")), ["fork"]);
     assert!(found(&search(&store, "kestrel")).is_empty());
     let rows: i64 = raw(&db)
-        .query_row("SELECT count(*) FROM search_rows", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM (SELECT session_id FROM search_rows
+                                   UNION ALL SELECT session_id FROM search_pending)
+             WHERE session_id != 'padding'",
+            [],
+            |r| r.get(0),
+        )
         .expect("count");
     assert_eq!(rows, 1, "the deleted sessions' words went with them");
 }
@@ -161,6 +247,7 @@ fn downgrade_to_version_1(db: &Path) {
     raw(db)
         .execute_batch(
             "DROP TABLE search_words; DROP TABLE search_rows; DROP TABLE unindexed;
+             DROP TABLE search_pending;
              DELETE FROM store_version; INSERT INTO store_version (version) VALUES (1);",
         )
         .expect("make a version 1 database");
@@ -180,7 +267,7 @@ fn a_version_1_database_is_brought_up_and_its_sessions_are_still_found() {
     let version: i64 = raw(&db)
         .query_row("SELECT max(version) FROM store_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     // Saved before the index: always read, so still found.
     assert_eq!(found(&search(&store, "heron")), ["gone", "old"]);
     // A new turn is indexed; a delete forgets the session's mark.
@@ -199,6 +286,39 @@ fn a_version_1_database_is_brought_up_and_its_sessions_are_still_found() {
     drop(store);
     let store = SqliteSessionStore::open(&db).expect("open again");
     assert_eq!(found(&search(&store, "heron")), ["old"]);
+}
+
+#[test]
+fn a_version_2_database_is_brought_up_with_its_index_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("s.db");
+    {
+        let store = SqliteSessionStore::open(&db).expect("open");
+        session(&store, "old", "heron", 2);
+        index_pending(&store, &db);
+    }
+    // Version 2 wrote every row's words into FTS5 at once: no pending table.
+    raw(&db)
+        .execute_batch(
+            "DROP TABLE search_pending;
+             DELETE FROM store_version; INSERT INTO store_version (version) VALUES (2);",
+        )
+        .expect("make a version 2 database");
+    let store = SqliteSessionStore::open(&db).expect("open brings the tables up");
+    let version: i64 = raw(&db)
+        .query_row("SELECT max(version) FROM store_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, 3);
+    assert_eq!(count(&db, "unindexed"), 0, "version 2 rows are all indexed");
+    assert_eq!(found(&search(&store, "heron")), ["old"]);
+    let old = store.load(&sid("old")).expect("load");
+    let next = old
+        .with_appended(vec![Message::user("egret")], vec![], chrono::Utc::now())
+        .expect("append");
+    store.save(&next).expect("save");
+    assert_eq!(count(&db, "search_pending"), 1);
+    assert_eq!(found(&search(&store, "egret")), ["old"]);
+    assert_eq!(found(&search(&store, "heron egret")), Vec::<String>::new());
 }
 
 #[test]

@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 
 /// The version of the tables this release makes and reads, recorded in `store_version`:
 /// 1 the sessions, their logs and leases; 2 adds search (`search_rows`, `search_words`,
-/// `unindexed`).
-pub(super) const TABLES_VERSION: i64 = 2;
+/// `unindexed`); 3 adds `search_pending` (words batched into the index).
+pub(super) const TABLES_VERSION: i64 = 3;
 
 /// The tables of version 1. Every table is `STRICT`, so a value of the wrong type is
 /// refused when written rather than met when read. The checkpoint's bytes have a table
@@ -96,6 +96,12 @@ pub(super) fn migrate(db: &Db) -> Result<()> {
                 .map_err(|e| db.fail("create the search tables", e))?;
             tx.execute_batch("INSERT INTO unindexed (session_id) SELECT id FROM sessions")
                 .map_err(|e| db.fail("list the sessions saved before search", e))?;
+        }
+        if from < 3 {
+            // Version 3: words wait in `search_pending` before they are indexed. Rows of
+            // version 2 are all in the index already.
+            tx.execute_batch(search::CREATE_PENDING_TABLE)
+                .map_err(|e| db.fail("create the table of pending words", e))?;
         }
         tx.execute(
             "INSERT INTO store_version (version) VALUES (?1)",
