@@ -91,23 +91,25 @@ fn rewind_cut(
             })
         }
         RewindTo::LastTurns(0) => transcript.len(),
-        RewindTo::LastTurns(n) => {
-            let prompts: Vec<usize> = transcript
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.is_prompt())
-                .map(|(i, _)| i)
-                .collect();
-            if n > prompts.len() {
+        // From the end: the cost is that of the turns dropped, not of the session (the
+        // whole transcript is read only to count its turns for the error).
+        RewindTo::LastTurns(n) => match transcript
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, m)| m.is_prompt())
+            .nth(n - 1)
+        {
+            Some((at, _)) => at,
+            None => {
                 return Err(Error::InvalidArgument {
                     reason: format!(
                         "cannot rewind session {id} by {n} turns: it has only {} turns",
-                        prompts.len()
+                        transcript.iter().filter(|m| m.is_prompt()).count()
                     ),
-                });
+                })
             }
-            prompts[prompts.len() - n]
-        }
+        },
     };
     check_cut(records, cut, |call, call_at, result_at, before, after| {
         format!(
@@ -147,12 +149,11 @@ pub(crate) fn rewind_parts(
 /// [`rewind_cut`], their results are before it too), and returns how many leading records
 /// are unchanged.
 fn keep_records_before(records: &mut Vec<ToolCallRecord>, cut: usize) -> usize {
-    let unchanged = records
-        .iter()
-        .position(|r| r.call_at.message >= cut)
-        .unwrap_or(records.len());
-    records.retain(|r| r.call_at.message < cut);
-    unchanged
+    // Records are in call order (`SessionSnapshot::tool_calls`): those before the cut are
+    // a prefix, found by bisection.
+    let kept = records.partition_point(|r| r.call_at.message < cut);
+    records.truncate(kept);
+    kept
 }
 
 impl SessionSnapshot {
@@ -164,19 +165,20 @@ impl SessionSnapshot {
     /// A snapshot loaded from a store stays one that derives from it, so saving it is an
     /// append of one small record to stores that append
     /// ([`FileSessionStore`](crate::FileSessionStore)). Rewinding to the end changes
-    /// nothing. The cost is that of dropping the rewound messages (plus a copy of the
-    /// transcript if a clone of this snapshot shares it). To rewind a stored session in
-    /// one call, use [`SessionStoreExt::rewind`](crate::SessionStoreExt::rewind); a live
-    /// session, [`Session::rewind`](crate::Session::rewind).
+    /// nothing. The cost is that of the turns dropped (plus a copy of the transcript if a
+    /// clone of this snapshot shares it), not of the session's length. To rewind a stored
+    /// session in one call, use [`SessionStoreExt::rewind`](crate::SessionStoreExt::rewind);
+    /// a live session, [`Session::rewind`](crate::Session::rewind).
     ///
-    /// The dropped messages leave the transcript, not the store's bytes: a store that
-    /// appends keeps them in what it wrote before (the file store's base snapshot or
-    /// journal, the PostgreSQL row's snapshot or entries) until the session is next
-    /// written whole, and a program reading those can still see them, though no load
-    /// returns them. A rewind is not a way to erase something: redact before saving
+    /// The dropped messages leave the transcript (the view the model is sent), not the
+    /// session's history: a store keeps them,
+    /// [`SessionStore::history`](crate::SessionStore::history) lists them as rewound,
+    /// and [`SessionStore::restore`](crate::SessionStore::restore) makes the revision
+    /// before the rewind the head again, until a retention policy drops them
+    /// ([`HistoryRetention`](crate::HistoryRetention)). So a rewind is not a way to erase
+    /// something: redact before saving
     /// ([`HarnessBuilder::redactor`](crate::HarnessBuilder::redactor)), or delete the
-    /// session. Nor can a rewind be undone yet: the history log of the next schema
-    /// version will make the rewound messages loadable.
+    /// session.
     ///
     /// # Errors
     ///
