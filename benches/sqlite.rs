@@ -33,17 +33,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Durability, FileSessionStore, ListCursor, Message, Role, SessionId, SessionSnapshot,
-    SessionStore, SqliteSessionStore, Usage,
+    Durability, FileSessionStore, ListCursor, Message, SessionId, SessionSnapshot, SessionStore,
+    SqliteSessionStore,
 };
-use chrono::Utc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 
+#[path = "support/sessions.rs"]
+#[allow(dead_code)] // each bench uses some of the helpers
+mod sessions;
 #[path = "support/workload.rs"]
 #[allow(dead_code)] // the file-transcript helpers are for the other bench
 mod workload;
 
-const MODEL: &str = "bench-model";
+use sessions::{snapshot, to_messages, turns_of, with_turn};
+
 const MESSAGES: usize = 10_000;
 const PAGE: usize = 50;
 const LIST_SESSIONS: usize = 100_000;
@@ -53,48 +56,6 @@ fn list_sessions() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(LIST_SESSIONS)
-}
-
-fn to_messages(wire: &[serde_json::Value]) -> Vec<Message> {
-    wire.iter()
-        .map(|m| Message::from_openai_chat(m).expect("workload messages are valid OpenAI chat"))
-        .collect()
-}
-
-fn usage_of(transcript: &[Message]) -> Vec<Usage> {
-    transcript
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .map(|_| Usage::new(MODEL).with_tokens(12_000, 300))
-        .collect()
-}
-
-fn snapshot(id: &str, transcript: Vec<Message>) -> SessionSnapshot {
-    let usage = usage_of(&transcript);
-    SessionSnapshot::builder(SessionId::parse(id).expect("valid id"), MODEL)
-        .transcript(transcript)
-        .usage(usage)
-        .build()
-        .expect("workload transcripts pair every tool call")
-}
-
-fn with_turn(snapshot: SessionSnapshot, turn: Vec<Message>) -> SessionSnapshot {
-    let later = (snapshot.updated_at() + chrono::TimeDelta::microseconds(1)).max(Utc::now());
-    let usage = usage_of(&turn);
-    snapshot
-        .with_appended(turn, usage, later)
-        .expect("a turn pairs its tool calls")
-}
-
-fn turns_of(transcript: Vec<Message>) -> Vec<Vec<Message>> {
-    let mut turns: Vec<Vec<Message>> = Vec::new();
-    for message in transcript {
-        match turns.last_mut() {
-            Some(turn) if message.role != Role::User => turn.push(message),
-            _ => turns.push(vec![message]),
-        }
-    }
-    turns
 }
 
 /// Saves session `id` into `store` turn by turn, as an agent does; returns it as stored.

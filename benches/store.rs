@@ -146,8 +146,13 @@ mod mirror;
 #[cfg(feature = "postgres")]
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/sessions.rs"]
+#[allow(dead_code)] // each bench uses some of the helpers
+mod sessions;
 #[path = "support/workload.rs"]
 mod workload;
+
+use sessions::{snapshot, to_messages, turns_of, with_turn};
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fs::{File, OpenOptions};
@@ -158,9 +163,8 @@ use std::time::{Duration, Instant};
 
 use agent_session::{
     AsyncSessionStore, Compaction, Durability, FileSessionStore, MemorySessionStore, Message,
-    Revision, RewindTo, Role, SessionId, SessionSnapshot, SessionStore, Usage,
+    Revision, RewindTo, Role, SessionId, SessionSnapshot, SessionStore,
 };
-use chrono::Utc;
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput,
@@ -172,8 +176,6 @@ const SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
 
 /// `(sessions, messages per session)` of the list benchmark.
 const LIST_DEFAULT: [(usize, usize); 3] = [(1_000, 10), (1_000, 1_000), (100, 10_000)];
-
-const MODEL: &str = "bench-model";
 
 /// Work at least this large (messages, or messages listed) is sampled flat.
 const HEAVY_MESSAGES: usize = 10_000;
@@ -216,53 +218,6 @@ fn list_configs() -> Vec<(usize, usize)> {
             })
         })
         .collect()
-}
-
-fn to_messages(wire: &[Value]) -> Vec<Message> {
-    wire.iter()
-        .map(|m| Message::from_openai_chat(m).expect("workload messages are valid OpenAI chat"))
-        .collect()
-}
-
-/// One usage entry per assistant message: each is one completion.
-fn usage_of(transcript: &[Message]) -> Vec<Usage> {
-    transcript
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .map(|_| Usage::new(MODEL).with_tokens(12_000, 300))
-        .collect()
-}
-
-fn snapshot(id: &str, transcript: Vec<Message>) -> SessionSnapshot {
-    let usage = usage_of(&transcript);
-    SessionSnapshot::builder(SessionId::parse(id).expect("valid id"), MODEL)
-        .transcript(transcript)
-        .usage(usage)
-        .build()
-        .expect("workload transcripts pair every tool call")
-}
-
-/// `snapshot` with `turn` appended (one usage entry per assistant message), updated now.
-fn with_turn(snapshot: SessionSnapshot, turn: Vec<Message>) -> SessionSnapshot {
-    // Later than the last update even if the clock has not moved since.
-    let later = (snapshot.updated_at() + chrono::TimeDelta::microseconds(1)).max(Utc::now());
-    let usage = usage_of(&turn);
-    snapshot
-        .with_appended(turn, usage, later)
-        .expect("a turn pairs its tool calls")
-}
-
-/// `transcript` cut into turns, each starting at a user message (the first also holds
-/// whatever comes before its first user message).
-fn turns_of(transcript: Vec<Message>) -> Vec<Vec<Message>> {
-    let mut turns: Vec<Vec<Message>> = Vec::new();
-    for message in transcript {
-        match turns.last_mut() {
-            Some(turn) if message.role != Role::User => turn.push(message),
-            _ => turns.push(vec![message]),
-        }
-    }
-    turns
 }
 
 /// Saves session `id` of `transcript` into the store in `dir` as an agent does: its first

@@ -24,7 +24,7 @@
 //! the disk. The image must open, and every session in it load as exactly a state. This
 //! checks that a torn log tail leaves an older consistent state, never damage. That
 //! acknowledged saves survive a power cut (SQLite's fsync of the log at each commit with
-//! `synchronous = FULL`) is checked by tests/sqlite_power_loss.rs, which replays the
+//! `synchronous = FULL`) is checked by `tests/sqlite_power_loss.rs`, which replays the
 //! store's traced writes and fsyncs and drops what no fsync covered.
 //!
 //! Negative control: [`sqlite_kill_checks_catch_a_lost_save_and_a_mixed_state`] runs the

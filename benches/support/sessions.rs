@@ -1,0 +1,58 @@
+//! Sessions of the benchmark workload, as every bench builds them: the workload's OpenAI
+//! chat messages, one usage entry per completion, turns appended the way a harness does.
+
+use agent_session::{Message, Role, SessionId, SessionSnapshot, Usage};
+use chrono::Utc;
+use serde_json::Value;
+
+/// The model every benchmark session runs with.
+pub const MODEL: &str = "bench-model";
+
+/// The workload's OpenAI chat messages as the crate's.
+pub fn to_messages(wire: &[Value]) -> Vec<Message> {
+    wire.iter()
+        .map(|m| Message::from_openai_chat(m).expect("workload messages are valid OpenAI chat"))
+        .collect()
+}
+
+/// One usage entry per assistant message: each is one completion.
+pub fn usage_of(transcript: &[Message]) -> Vec<Usage> {
+    transcript
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .map(|_| Usage::new(MODEL).with_tokens(12_000, 300))
+        .collect()
+}
+
+/// A new session `id` holding `transcript`, with its usage.
+pub fn snapshot(id: &str, transcript: Vec<Message>) -> SessionSnapshot {
+    let usage = usage_of(&transcript);
+    SessionSnapshot::builder(SessionId::parse(id).expect("valid id"), MODEL)
+        .transcript(transcript)
+        .usage(usage)
+        .build()
+        .expect("workload transcripts pair every tool call")
+}
+
+/// `snapshot` with `turn` appended (one usage entry per assistant message), updated now.
+pub fn with_turn(snapshot: SessionSnapshot, turn: Vec<Message>) -> SessionSnapshot {
+    // Later than the last update even if the clock has not moved since.
+    let later = (snapshot.updated_at() + chrono::TimeDelta::microseconds(1)).max(Utc::now());
+    let usage = usage_of(&turn);
+    snapshot
+        .with_appended(turn, usage, later)
+        .expect("a turn pairs its tool calls")
+}
+
+/// `transcript` cut into turns, each starting at a user message (the first also holds
+/// whatever comes before its first user message).
+pub fn turns_of(transcript: Vec<Message>) -> Vec<Vec<Message>> {
+    let mut turns: Vec<Vec<Message>> = Vec::new();
+    for message in transcript {
+        match turns.last_mut() {
+            Some(turn) if message.role != Role::User => turn.push(message),
+            _ => turns.push(vec![message]),
+        }
+    }
+    turns
+}
