@@ -42,13 +42,17 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[path = "common/seeded.rs"]
+mod seeded;
+
 use agent_session::{
     Message, Revision, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore,
 };
 
+use seeded::{run_seed, Rng};
+
 const DB_ENV: &str = "AGENT_SESSION_SQLITE_KILL_DB";
 const LONG_ENV: &str = "AGENT_SESSION_LONG";
-const SEED_ENV: &str = "AGENT_SESSION_SEED";
 const CHILD_TEST: &str = "sqlite_kill_child_saves_until_killed";
 const STARTED: &str = "child-started";
 const SAVERS: usize = 3;
@@ -168,18 +172,6 @@ fn sqlite_kill_child_saves_until_killed() {
     }
 }
 
-/// A small xorshift generator: the run's delays and cuts, replayable from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 /// Checks every session of the store at `db` loads as exactly a state (and a random
 /// earlier revision too); returns each session's revision.
 fn check_store(db: &Path, rng: &mut Rng) -> Result<BTreeMap<SessionId, u64>, String> {
@@ -208,7 +200,7 @@ fn check_store(db: &Path, rng: &mut Rng) -> Result<BTreeMap<SessionId, u64>, Str
         let revisions = store
             .revisions(&id)
             .map_err(|e| format!("revisions {id}: {e}"))?;
-        let pick = &revisions[usize::try_from(rng.below(revisions.len() as u64)).unwrap_or(0)];
+        let pick = &revisions[rng.below(revisions.len())];
         let past = store
             .load_at(&id, pick.revision)
             .map_err(|e| format!("load_at {id} {}: {e}", pick.revision))?;
@@ -234,7 +226,7 @@ fn power_cut_image(db: &Path, into: &Path, rng: &mut Rng) -> std::path::PathBuf 
     wal_image.push("-wal");
     if std::fs::copy(&wal, &wal_image).is_ok() {
         let len = std::fs::metadata(&wal_image).expect("metadata").len();
-        let cut = rng.below(len + 1);
+        let cut = rng.below_u64(len + 1);
         std::fs::OpenOptions::new()
             .write(true)
             .open(&wal_image)
@@ -251,19 +243,8 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
     } else {
         DEFAULT_KILLS
     };
-    let seed = std::env::var(SEED_ENV)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            u64::try_from(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() & 0xffff_ffff_ffff),
-            )
-            .unwrap_or(1)
-                | 1
-        });
-    let mut rng = Rng(seed);
+    let seed = run_seed();
+    let mut rng = Rng::new(seed, 0);
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("store").join("sessions.db");
     let images_root = tempfile::tempdir().expect("temp dir");
@@ -300,7 +281,7 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
                 Err(e) => panic!("the child never started ({e}; seed {seed})"),
             }
         }
-        std::thread::sleep(Duration::from_micros(rng.below(MAX_DELAY_MICROS + 1)));
+        std::thread::sleep(Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1)));
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
         reader.join().expect("reader");
@@ -357,7 +338,7 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
 fn sqlite_kill_checks_catch_a_lost_save_and_a_mixed_state() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("store").join("sessions.db");
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7, 0);
     let store = SqliteSessionStore::open(&db).expect("open");
     let save_next = |id: &SessionId| -> u64 {
         let loaded = store.load(id).ok();

@@ -91,9 +91,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "common/seeded.rs"]
+mod seeded;
+
 use agent_session::{
     Durability, Message, Revision, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore,
 };
+
+use seeded::{run_seed, Rng};
 
 const CHILD_TEST: &str = "sqlite_power_loss_child_workload";
 const DIR_ENV: &str = "AGENT_SESSION_POWER_LOSS_DIR";
@@ -102,7 +107,6 @@ const DURABILITY_ENV: &str = "AGENT_SESSION_POWER_LOSS_DURABILITY";
 const SAVES_ENV: &str = "AGENT_SESSION_POWER_LOSS_SAVES";
 const CHILD_SEED_ENV: &str = "AGENT_SESSION_POWER_LOSS_SEED";
 const LONG_ENV: &str = "AGENT_SESSION_LONG";
-const SEED_ENV: &str = "AGENT_SESSION_SEED";
 /// Set to `1` by `scripts/test` once strace is installed: the suite then fails rather
 /// than skips where strace cannot trace, so it never passes without checking anything.
 const REQUIRE_STRACE_ENV: &str = "AGENT_SESSION_REQUIRE_STRACE";
@@ -116,24 +120,6 @@ const MAX_MESSAGES: usize = 30;
 const TRACED: &str = "trace=openat,?open,?creat,write,pwrite64,writev,pwritev,pwritev2,\
                       fsync,fdatasync,sync_file_range,ftruncate,truncate,fallocate,unlink,\
                       unlinkat,?rename,renameat,renameat2";
-
-/// A small xorshift generator: the child's saves, the cuts and the images, replayable.
-struct Rng(u64);
-
-impl Rng {
-    /// The generator of `stream` (the child's saves, or the cuts) of the run `seed`.
-    fn new(seed: u64, stream: u64) -> Rng {
-        Rng((seed ^ stream).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        // The remainder is below `n`, a usize.
-        usize::try_from(self.0 % (n.max(1) as u64)).unwrap_or(0)
-    }
-}
 
 fn sid(s: &str) -> SessionId {
     SessionId::parse(s).expect("valid id")
@@ -779,21 +765,6 @@ fn check_image(
     Ok(lost)
 }
 
-fn seed() -> u64 {
-    std::env::var(SEED_ENV)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            u64::try_from(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() & 0xffff_ffff_ffff),
-            )
-            .unwrap_or(1)
-                | 1
-        })
-}
-
 fn long_run() -> bool {
     std::env::var_os(LONG_ENV).is_some_and(|v| v == "1")
 }
@@ -950,7 +921,7 @@ fn sqlite_acknowledged_saves_survive_power_cuts() {
         return;
     }
     let started = Instant::now();
-    let seed = seed();
+    let seed = run_seed();
     let (saves, mid_cuts) = if long_run() {
         (1_500, 1_000)
     } else {
@@ -985,7 +956,7 @@ fn sqlite_power_loss_model_catches_buffered_losses() {
         return;
     }
     let started = Instant::now();
-    let seed = seed();
+    let seed = run_seed();
     let (saves, mid_cuts) = if long_run() { (400, 200) } else { (40, 20) };
     let tally = power_loss_run("buffered", saves, mid_cuts, seed);
     println!("{}", summary("Durability::Buffered", &tally, seed, started));
