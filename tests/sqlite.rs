@@ -488,26 +488,3 @@ fn buffered_durability_opens_and_saves() {
         snapshot.transcript()
     );
 }
-
-/// A page is one range of the listing index, whatever the store's size: SQLite's plan
-/// for the page query after a cursor searches the index (no scan, no sort).
-#[test]
-fn a_page_after_a_cursor_searches_the_listing_index() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("s.db");
-    drop(SqliteSessionStore::open(&db).expect("open"));
-    let plan: Vec<String> = raw(&db)
-        .prepare(
-            "EXPLAIN QUERY PLAN SELECT id, summary, archived, updated_ns FROM sessions
-             WHERE archived = 0 AND ?1 IS NOT NULL AND (updated_ns, id) < (?2, ?3)
-             ORDER BY updated_ns DESC, id DESC LIMIT ?4",
-        )
-        .expect("prepare")
-        .query_map([1i64, 1, 1, 1], |r| r.get::<_, String>(3))
-        .expect("plan")
-        .collect::<rusqlite::Result<_>>()
-        .expect("plan rows");
-    let plan = plan.join("; ");
-    assert!(plan.contains("USING INDEX sessions_listing"), "{plan}");
-    assert!(!plan.contains("TEMP B-TREE"), "{plan}");
-}
