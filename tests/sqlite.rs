@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use agent_session::testing::rich_snapshot;
 use agent_session::{
-    ContentBlock, Durability, Error, ErrorKind, ForkAt, LeaseHolder, LeaseRequest, Message,
-    Revision, SessionId, SessionSnapshot, SessionStore, SessionStoreExt, SqliteSessionStore, Usage,
+    ContentBlock, Durability, Error, ErrorKind, ForkAt, LeaseHolder, LeaseRequest, ListFilter,
+    ListScope, Message, Revision, SessionId, SessionSnapshot, SessionStore, SessionStoreExt,
+    SqliteSessionStore, Usage,
 };
 
 fn sid(s: &str) -> SessionId {
@@ -487,4 +488,50 @@ fn buffered_durability_opens_and_saves() {
         store.load(snapshot.id()).expect("load").transcript(),
         snapshot.transcript()
     );
+}
+
+/// Pages of both scopes (archived and not) come from one page of each, merged: they list
+/// the same sessions in the same order as the whole listing, archived ones among the
+/// others where their times put them.
+#[test]
+fn pages_of_both_scopes_merge_archived_and_active_sessions_in_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteSessionStore::builder()
+        .durability(Durability::Buffered)
+        .open(dir.path().join("s.db"))
+        .expect("open");
+    for i in 0..14 {
+        let id = format!("s{i:02}");
+        session_with_turns(&store, &id, 1);
+        if i % 3 == 0 {
+            store.set_archived(&sid(&id), true).expect("archive");
+        }
+    }
+    let all = ListFilter::new().scope(ListScope::All);
+    let whole: Vec<SessionId> = store
+        .list_filtered(&all)
+        .expect("list")
+        .sessions
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(whole.len(), 14);
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_page_filtered(&all, 4, after.as_ref())
+            .expect("page");
+        assert!(page.sessions.len() <= 4);
+        paged.extend(page.sessions.into_iter().map(|s| s.id));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, whole);
+    // The first page holds both kinds (the newest, s13, is active; s12 archived).
+    let first = store.list_page_filtered(&all, 4, None).expect("page");
+    assert!(first.sessions.iter().any(|s| s.archived));
+    assert!(first.sessions.iter().any(|s| !s.archived));
 }

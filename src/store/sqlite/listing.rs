@@ -243,6 +243,10 @@ impl SqliteSessionStore {
 
     /// One range of [`select_summaries`](Self::select_summaries): the rows updated at
     /// `horizon` or earlier, or (`future`) those updated later.
+    ///
+    /// A page of both scopes is read as a page of each, merged: `archived IN (0, 1)` is two
+    /// ranges of the listing index, which SQLite merges by sorting every row after the
+    /// cursor, so a page would cost more as the store grows.
     fn select_range(
         &self,
         conn: &rusqlite::Connection,
@@ -252,6 +256,34 @@ impl SqliteSessionStore {
         limit: Option<usize>,
         horizon: DateTime<Utc>,
     ) -> Result<Vec<Row>> {
+        let range = |scope| self.query_range(conn, scope, future, after, limit, horizon);
+        let rows = match (scope, limit) {
+            (ListScope::All, Some(limit)) => {
+                let mut rows = range(ListScope::Active)?;
+                rows.extend(range(ListScope::Archived)?);
+                // The query's order: newest first, then the greater id (bytes).
+                rows.sort_by(|(a_ns, a_key, _), (b_ns, b_key, _)| {
+                    (b_ns, b_key).cmp(&(a_ns, a_key))
+                });
+                rows.truncate(limit);
+                rows
+            }
+            _ => range(scope)?,
+        };
+        Ok(rows.into_iter().map(|(_, _, row)| row).collect())
+    }
+
+    /// The rows of [`range_sql`], each with its `updated_ns` and key (its place in the
+    /// query's order).
+    fn query_range(
+        &self,
+        conn: &rusqlite::Connection,
+        scope: ListScope,
+        future: bool,
+        after: Option<&(DateTime<Utc>, SessionId, DateTime<Utc>)>,
+        limit: Option<usize>,
+        horizon: DateTime<Utc>,
+    ) -> Result<Vec<(i64, String, Row)>> {
         let sql = range_sql(scope, future, after.is_some());
         let (after_ns, after_id) = match after {
             Some((updated_at, id, _)) => (Some(nanos(id, *updated_at)?), Some(id.as_str())),
@@ -280,14 +312,15 @@ impl SqliteSessionStore {
             let location = || self.row_location(&key);
             // A row under a key that is not a session id (written by hand) is reported,
             // not fatal to the listing; it cannot mark a page's end.
-            match SessionId::parse(&key) {
+            let row = match SessionId::parse(&key) {
                 Ok(id) => {
                     let summary = summary_of(&key, &json, archived != 0, &self.indexed, location);
                     let place = (DateTime::from_timestamp_nanos(updated_ns), id);
-                    listed.push((Some(place), summary));
+                    (Some(place), summary)
                 }
-                Err(e) => listed.push((None, Err(e.at(&location())))),
-            }
+                Err(e) => (None, Err(e.at(&location()))),
+            };
+            listed.push((updated_ns, key, row));
         }
         crate::telemetry::read(read);
         Ok(listed)
@@ -343,10 +376,10 @@ mod tests {
 
     /// A page is one range of the listing index, whatever the store's size: SQLite's plan
     /// for the store's own query (first page or after a cursor, either side of the
-    /// horizon) searches `sessions_listing`, with no scan of the table and no sort. Not
-    /// for `ListScope::All`: its two ranges (archived and not) are merged by a sort of the
-    /// rows after the cursor (the negative control below), so a page of both scopes costs
-    /// more as the store grows.
+    /// horizon) searches `sessions_listing`, with no scan of the table and no sort. A page
+    /// of both scopes is one page of each, merged by the store: the query of both
+    /// (`archived IN (0, 1)`, kept for whole listings) sorts the rows after the cursor,
+    /// which the negative control below shows the check sees.
     #[test]
     fn every_page_query_of_one_scope_searches_the_listing_index() {
         let dir = tempfile::tempdir().expect("temp dir");
