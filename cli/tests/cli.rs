@@ -14,11 +14,16 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+#[path = "common/process.rs"]
+mod process;
+
 use agent_session::{
     ContentBlock, FileSessionStore, Message, Role, SessionId, SessionSnapshot, SessionStore,
     SqliteSessionStore, ToolCall, ToolCallStatus, ToolOutput, ToolResult,
 };
 use serde_json::{json, Value};
+
+use process::SCRUBBED_ENV;
 
 // ---------------------------------------------------------------------------------------
 // Running the command
@@ -28,23 +33,6 @@ use serde_json::{json, Value};
 fn agent_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_agent-session"))
 }
-
-/// Environment variables that would change which engine or store the agent uses.
-const SCRUBBED_ENV: &[&str] = &[
-    "OPENAI_API_KEY",
-    "AGENT_SESSION_API_KEY",
-    "OPENAI_BASE_URL",
-    "AGENT_SESSION_MODEL",
-    "OPENAI_MODEL",
-    "AGENT_SESSION_PRICES",
-    "AGENT_SESSION_STORE",
-    "HTTP_PROXY",
-    "http_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-];
 
 /// A temporary working directory for one test.
 struct Workspace {

@@ -5,7 +5,9 @@
 //! refuses. Stores are filled and checked through the library.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
+#[path = "common/process.rs"]
+mod process;
 
 use agent_session::{
     Compaction, ContentBlock, EntryKind, FileSessionStore, ForkAt, ListScope, Message, Revision,
@@ -14,27 +16,10 @@ use agent_session::{
 };
 use serde_json::json;
 
+use process::run;
+
 fn sid(id: &str) -> SessionId {
     SessionId::parse(id).expect("a valid id")
-}
-
-/// Runs `agent-session ARGS` with no store or engine from the environment.
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let output: Output = Command::new(env!("CARGO_BIN_EXE_agent-session"))
-        .args(args)
-        .env_remove("AGENT_SESSION_STORE")
-        .env_remove("AGENT_SESSION_SCHEMA")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("AGENT_SESSION_API_KEY")
-        .output()
-        .expect("run agent-session");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr,
-    )
 }
 
 /// A store with a session of turns, a tool call, a rewind, a restore and a metadata

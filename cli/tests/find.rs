@@ -1,7 +1,8 @@
 //! `sessions list --where/--model/--forks-of` and `sessions search`, run as a process on a
 //! folder store filled through the library.
 
-use std::process::Command;
+#[path = "common/process.rs"]
+mod process;
 
 use agent_session::{
     FileSessionStore, ForkAt, Message, RewindTo, SessionId, SessionSnapshot, SessionStore,
@@ -9,23 +10,7 @@ use agent_session::{
 };
 use serde_json::json;
 
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_agent-session"))
-        .args(args)
-        .env_remove("AGENT_SESSION_STORE")
-        .env_remove("AGENT_SESSION_SCHEMA")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("AGENT_SESSION_API_KEY")
-        .output()
-        .expect("run agent-session");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr,
-    )
-}
+use process::run;
 
 fn save(store: &FileSessionStore, id: &str, model: &str, project: &str, text: &str) {
     let snapshot = SessionSnapshot::builder(SessionId::parse(id).expect("id"), model)

@@ -23,6 +23,9 @@ fn postgres_tests_need_the_postgres_tests_feature() {
 #[cfg(feature = "postgres-tests")]
 #[path = "../../tests/common/postgres.rs"]
 mod pg;
+#[cfg(feature = "postgres-tests")]
+#[path = "common/process.rs"]
+mod process;
 
 #[cfg(feature = "postgres-tests")]
 mod postgres_cli {
@@ -176,17 +179,7 @@ mod postgres_cli {
     // Running the command.
     // -----------------------------------------------------------------------------------
 
-    /// Environment variables that would change which engine or store the agent uses.
-    const SCRUBBED_ENV: &[&str] = &[
-        "OPENAI_API_KEY",
-        "AGENT_SESSION_API_KEY",
-        "OPENAI_BASE_URL",
-        "AGENT_SESSION_MODEL",
-        "OPENAI_MODEL",
-        "AGENT_SESSION_PRICES",
-        "AGENT_SESSION_STORE",
-        "AGENT_SESSION_SCHEMA",
-    ];
+    use super::process::SCRUBBED_ENV;
 
     /// What a finished process printed.
     #[derive(Debug)]
