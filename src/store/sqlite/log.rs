@@ -23,7 +23,8 @@ pub(super) type SharedParent = Option<(SessionId, Revision)>;
 struct StoredLog {
     revision: Revision,
     checkpoint_revision: Revision,
-    checkpoint: Vec<u8>,
+    /// The checkpoint, decoded (not yet checked against the row).
+    checkpoint: SessionSnapshot,
     /// Each entry's revision and where its bytes are in `entry_bytes`.
     entries: Vec<(Revision, std::ops::Range<usize>)>,
     /// Every entry's bytes, one after another (one allocation, not one per entry).
@@ -90,10 +91,17 @@ impl SqliteSessionStore {
                 limit_bytes: self.max_snapshot_bytes,
             });
         }
-        let checkpoint: Vec<u8> = conn
+        // Decoded where SQLite holds it: a checkpoint of megabytes is not copied once more.
+        let (checkpoint, checkpoint_bytes) = conn
             .prepare_cached("SELECT checkpoint FROM checkpoints WHERE session_id = ?1")
-            .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)))
+            .and_then(|mut s| {
+                s.query_row([id.as_str()], |r| {
+                    let bytes = r.get_ref(0)?.as_blob()?;
+                    Ok((SessionSnapshot::decode_unvalidated(bytes), bytes.len()))
+                })
+            })
             .map_err(fail)?;
+        let checkpoint = checkpoint.map_err(|e| e.at(&self.row_location(id.as_str())))?;
         let mut entries = Vec::new();
         let mut entry_bytes =
             Vec::with_capacity(usize::try_from(declared_entry_bytes).unwrap_or(0));
@@ -125,7 +133,7 @@ impl SqliteSessionStore {
                 entries.push((revision_of(revision), start..entry_bytes.len()));
             }
         }
-        telemetry::read((checkpoint.len() as u64).saturating_add(total));
+        telemetry::read((checkpoint_bytes as u64).saturating_add(total));
         Ok(StoredLog {
             revision: revision_of(revision),
             checkpoint_revision: revision_of(checkpoint_revision),
@@ -153,8 +161,7 @@ impl SqliteSessionStore {
         let stored = self.read_log(conn, id)?;
         let location = self.row_location(id.as_str());
         let entries_location = self.entries_location(id);
-        let base =
-            SessionSnapshot::decode_unvalidated(&stored.checkpoint).map_err(|e| e.at(&location))?;
+        let base = stored.checkpoint;
         check_stored_id(id, base.id(), &location)?;
         if base.revision() != stored.checkpoint_revision {
             return Err(Error::inconsistent(format!(
