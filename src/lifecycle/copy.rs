@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{EntryKind, History, RevisionInfo, SessionSnapshot};
+use crate::snapshot::{EntryKind, History, Pending, RevisionInfo, SessionSnapshot};
 use crate::store::{
     ready, AsyncSessionStore, InlineStore, ListScope, SessionStore, SessionSummary,
 };
@@ -510,19 +510,20 @@ where
         let base_view = base_state
             .as_ref()
             .map_or(state.transcript(), SessionSnapshot::transcript);
-        let Some(shape) = Shape::of(info.kind, base_view, state.usage(), &body, &next) else {
+        let base = base.map(|b| (b, base_view.len()));
+        let Some(pending) = pending_of(info.kind, base, base_view, state.usage(), &body, &next)
+        else {
             return Err(mismatch(
                 id,
                 &format!(
                     "revision {} ({}) cannot be told as one change of revision {}",
                     info.revision,
                     info.kind,
-                    base.unwrap_or(state.revision())
+                    base.map_or(state.revision(), |(b, _)| b)
                 ),
             ));
         };
-        let base = base.map(|b| (b, base_view.len()));
-        let change = shape.change(stored, next.clone(), info.kind, base);
+        let change = change_of(stored, next.clone(), pending);
         let revision = to.save(&change).await?;
         if revision != info.revision {
             return Err(mismatch(
@@ -603,12 +604,9 @@ async fn write_checkpoint<T: AsyncSessionStore + ?Sized>(
     if stored.revision() < oldest {
         while stored.revision() < oldest {
             let expected = stored.revision().next();
-            let filler = Shape::unchanged(&stored).change(
-                stored.clone(),
-                stored.clone(),
-                EntryKind::Metadata,
-                None,
-            );
+            let mut unchanged = Pending::none(stored.counts());
+            unchanged.kind = Some(EntryKind::Metadata);
+            let filler = change_of(stored.clone(), stored.clone(), unchanged);
             let revision = to.save(&filler).await?;
             if revision != expected {
                 return Err(mismatch(
@@ -677,121 +675,91 @@ async fn take_back<T: AsyncSessionStore + ?Sized>(
     false
 }
 
-/// How one revision's state is made from the one before (or, for a restore, the one it
-/// went back to): the shape of its log entry. The view is
-/// `body[..prepend] ++ base_view[keep.0..keep.1] ++ body[prepend..]`, and the usage the
-/// previous revision's first `usage_kept` entries and then new ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Shape {
-    keep: (usize, usize),
-    prepend: usize,
-    usage_kept: usize,
+/// How one revision's state is made from the one before (or, for a restore, from `base`:
+/// the revision it went back to and its view's length): the shape of its log entry, with
+/// the messages `body` (those the revision saved, from the history) as the new ones, and
+/// the previous usage `previous_usage`; `None` if there is none. Where several fit
+/// (equal messages), the one the crate makes for that kind is chosen: a compaction's
+/// summary before the kept messages, which run to the end of the view if they can; any
+/// other change keeps a range that starts at the first message, and puts nothing before
+/// it.
+fn pending_of(
+    kind: EntryKind,
+    base: Option<(Revision, usize)>,
+    base_view: &[Message],
+    previous_usage: &[Usage],
+    body: &[Message],
+    next: &SessionSnapshot,
+) -> Option<Pending> {
+    let view = next.transcript();
+    let kept = view.len().checked_sub(body.len())?;
+    if kept > base_view.len() {
+        return None;
+    }
+    // suffix[p]: the view's messages after the kept range are body[p..].
+    let mut suffix = vec![false; body.len() + 1];
+    suffix[body.len()] = true;
+    for p in (0..body.len()).rev() {
+        suffix[p] = suffix[p + 1] && view[p + kept] == body[p];
+    }
+    // prefix[p]: the view's first p messages are body[..p].
+    let mut prefix = Vec::with_capacity(body.len() + 1);
+    prefix.push(true);
+    for p in 0..body.len() {
+        prefix.push(prefix[p] && view[p] == body[p]);
+    }
+    let compaction = kind == EntryKind::Compaction;
+    let prepends: Box<dyn Iterator<Item = usize>> = if compaction {
+        Box::new((0..=body.len()).rev())
+    } else {
+        Box::new(0..=body.len())
+    };
+    for prepend in prepends {
+        if !(prefix[prepend] && suffix[prepend]) {
+            continue;
+        }
+        let wanted = &view[prepend..prepend + kept];
+        let last = base_view.len() - kept;
+        let preferred = if compaction { last } else { 0 };
+        let Some(start) = std::iter::once(preferred)
+            .chain((0..=last).filter(|&s| s != preferred))
+            .find(|&s| base_view[s..s + kept] == *wanted)
+        else {
+            continue;
+        };
+        let keep = (start, start + kept);
+        let replaced_all = keep.1 == keep.0 && prepend == 0;
+        let usage_kept = if kind == EntryKind::Edit && replaced_all {
+            // A snapshot saved whole over the session replaces its usage too.
+            0
+        } else {
+            previous_usage
+                .iter()
+                .zip(next.usage())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        return Some(Pending {
+            base,
+            keep,
+            prepend,
+            usage_kept,
+            kind: Some(kind),
+        });
+    }
+    None
 }
 
-impl Shape {
-    /// Nothing changes: the shape of an entry that only moves the revision.
-    fn unchanged(state: &SessionSnapshot) -> Shape {
-        Shape {
-            keep: (0, state.transcript().len()),
-            prepend: 0,
-            usage_kept: state.usage().len(),
-        }
-    }
-
-    /// The shape that makes `next` from `base_view` with the messages `body` (those the
-    /// revision saved, from the history) and the previous usage `previous_usage`, for a
-    /// change of `kind`; `None` if there is none. Where several fit (equal messages), the
-    /// one the crate makes for that kind is chosen: a compaction's summary before the
-    /// kept messages, which run to the end of the view if they can; any other change
-    /// keeps a range that starts at the first message, and puts nothing before it.
-    fn of(
-        kind: EntryKind,
-        base_view: &[Message],
-        previous_usage: &[Usage],
-        body: &[Message],
-        next: &SessionSnapshot,
-    ) -> Option<Shape> {
-        let view = next.transcript();
-        let kept = view.len().checked_sub(body.len())?;
-        if kept > base_view.len() {
-            return None;
-        }
-        // suffix[p]: the view's messages after the kept range are body[p..].
-        let mut suffix = vec![false; body.len() + 1];
-        suffix[body.len()] = true;
-        for p in (0..body.len()).rev() {
-            suffix[p] = suffix[p + 1] && view[p + kept] == body[p];
-        }
-        // prefix[p]: the view's first p messages are body[..p].
-        let mut prefix = Vec::with_capacity(body.len() + 1);
-        prefix.push(true);
-        for p in 0..body.len() {
-            prefix.push(prefix[p] && view[p] == body[p]);
-        }
-        let compaction = kind == EntryKind::Compaction;
-        let prepends: Box<dyn Iterator<Item = usize>> = if compaction {
-            Box::new((0..=body.len()).rev())
-        } else {
-            Box::new(0..=body.len())
-        };
-        for prepend in prepends {
-            if !(prefix[prepend] && suffix[prepend]) {
-                continue;
-            }
-            let wanted = &view[prepend..prepend + kept];
-            let last = base_view.len() - kept;
-            let preferred = if compaction { last } else { 0 };
-            let Some(start) = std::iter::once(preferred)
-                .chain((0..=last).filter(|&s| s != preferred))
-                .find(|&s| base_view[s..s + kept] == *wanted)
-            else {
-                continue;
-            };
-            let keep = (start, start + kept);
-            let replaced_all = keep.1 == keep.0 && prepend == 0;
-            let usage_kept = if kind == EntryKind::Edit && replaced_all {
-                // A snapshot saved whole over the session replaces its usage too.
-                0
-            } else {
-                previous_usage
-                    .iter()
-                    .zip(next.usage())
-                    .take_while(|(a, b)| a == b)
-                    .count()
-            };
-            return Some(Shape {
-                keep,
-                prepend,
-                usage_kept,
-            });
-        }
-        None
-    }
-
-    /// `next` as a change of `stored` (what the target holds, as it loaded it) of this
-    /// shape and `kind`, going back to `base` (a revision and its view's length) for a
-    /// restore: a snapshot whose
-    /// save appends exactly that one entry.
-    fn change(
-        self,
-        stored: SessionSnapshot,
-        next: SessionSnapshot,
-        kind: EntryKind,
-        base: Option<(Revision, usize)>,
-    ) -> SessionSnapshot {
-        let stored = stored.into_parts();
-        let mut parts = next.into_parts();
-        parts.revision = stored.revision;
-        parts.history = stored.history;
-        parts.provenance = stored.provenance.map(|mut provenance| {
-            let pending = &mut provenance.pending;
-            pending.base = base;
-            pending.keep = self.keep;
-            pending.prepend = self.prepend;
-            pending.usage_kept = self.usage_kept;
-            pending.kind = Some(kind);
-            provenance
-        });
-        SessionSnapshot::from_session_parts(parts)
-    }
+/// `next` as a change of `stored` (what the target holds, as it loaded it) made as
+/// `pending` says: a snapshot whose save appends exactly that one entry.
+fn change_of(stored: SessionSnapshot, next: SessionSnapshot, pending: Pending) -> SessionSnapshot {
+    let stored = stored.into_parts();
+    let mut parts = next.into_parts();
+    parts.revision = stored.revision;
+    parts.history = stored.history;
+    parts.provenance = stored.provenance.map(|mut provenance| {
+        provenance.pending = pending;
+        provenance
+    });
+    SessionSnapshot::from_session_parts(parts)
 }

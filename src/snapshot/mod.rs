@@ -39,7 +39,7 @@ use crate::transcript::{dismantle_message, ContentBlock, Message, Role, ToolCall
 use crate::usage::{Usage, UsageTotals};
 
 pub(crate) use compact::{compact_parts, compaction_point, CompactTarget};
-pub(crate) use delta::{Counts, Provenance};
+pub(crate) use delta::{Counts, Pending, Provenance};
 pub(crate) use entry::{
     decode_any_head, decode_body, decode_head, entry_of_record, intact_frame, parse_frame_header,
     push_frame, split_entry, EntryHead, FRAME_HEADER_LEN,
