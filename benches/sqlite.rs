@@ -18,7 +18,9 @@
 //!   `make_transcript.py 0 --append-turn`) onto a session of 10,000 messages, loaded once
 //!   and then extended and saved turn after turn (`Durability::Sync`: WAL, synchronous =
 //!   FULL). `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
-//!   the store writes) appended to an open file + `fdatasync`. Target ≤ 2×.
+//!   the store writes) appended to an open file + `fdatasync`. Target ≤ 2×. Every call
+//!   is also timed on its own, and the distribution of both (mean, p50, p90, p99, max,
+//!   and what the calls over 1 ms add to the mean) is printed after the group.
 //! - `load/sqlite/10000` and `load/file_store/10000`: the load of 10,000 messages saved
 //!   turn by turn, as an agent leaves them (a checkpoint of the first turn and one entry
 //!   per turn in both stores); `…_whole/10000`: the same messages saved at once (one
@@ -174,11 +176,16 @@ fn append_turn(c: &mut Criterion) {
     // all 10,000 messages (what a harness, which extends its own session, never does).
     let mut current = Some(loaded);
     let mut group = c.benchmark_group("append_turn");
+    // Each iteration timed on its own as well, for the distribution: the mean criterion
+    // reports is set by a tail (checkpoints, index moves) that the median does not see.
+    let mut saves = Vec::new();
     group.bench_function(BenchmarkId::new("sqlite", MESSAGES), |b| {
-        b.iter(|| {
-            let next = with_turn(current.take().expect("the session"), turn.clone());
-            let revision = store.save(&next).expect("save a turn");
-            current = Some(next.stored_at(revision));
+        b.iter_custom(|iterations| {
+            timed_each(iterations, &mut saves, || {
+                let next = with_turn(current.take().expect("the session"), turn.clone());
+                let revision = store.save(&next).expect("save a turn");
+                current = Some(next.stored_at(revision));
+            })
         });
     });
     let mut journal = OpenOptions::new()
@@ -186,10 +193,13 @@ fn append_turn(c: &mut Criterion) {
         .append(true)
         .open(private_dir(root.path(), "raw").join("journal"))
         .expect("open journal");
+    let mut appends = Vec::new();
     group.bench_function("baseline_append_fdatasync", |b| {
-        b.iter(|| {
-            journal.write_all(&entry_bytes).expect("append");
-            journal.sync_data().expect("fdatasync");
+        b.iter_custom(|iterations| {
+            timed_each(iterations, &mut appends, || {
+                journal.write_all(&entry_bytes).expect("append");
+                journal.sync_data().expect("fdatasync");
+            })
         });
     });
     group.finish();
@@ -198,6 +208,51 @@ fn append_turn(c: &mut Criterion) {
         entry_bytes.len(),
         current.as_ref().map_or(0, |s| s.transcript().len())
     );
+    eprintln!("append_turn/sqlite/{MESSAGES}: {}", distribution(saves));
+    eprintln!(
+        "append_turn/baseline_append_fdatasync: {}",
+        distribution(appends)
+    );
+}
+
+/// Runs `work` `iterations` times, each timed on its own into `times`; the total.
+fn timed_each(iterations: u64, times: &mut Vec<Duration>, mut work: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iterations {
+        let start = Instant::now();
+        work();
+        let took = start.elapsed();
+        times.push(took);
+        total += took;
+    }
+    total
+}
+
+/// The mean, median, 90th and 99th percentiles and the maximum of `times`, and how much
+/// of the mean the calls over 1 ms make.
+fn distribution(mut times: Vec<Duration>) -> String {
+    if times.is_empty() {
+        return "no calls".to_owned();
+    }
+    times.sort_unstable();
+    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    let total: Duration = times.iter().sum();
+    let over: Duration = times
+        .iter()
+        .filter(|t| **t > Duration::from_millis(1))
+        .sum();
+    let calls = u32::try_from(times.len()).unwrap_or(u32::MAX);
+    let at = |percent: usize| micros(times[(times.len() - 1) * percent / 100]);
+    format!(
+        "{} calls: mean {:.0} µs, p50 {:.0}, p90 {:.0}, p99 {:.0}, max {:.0}; calls over 1 ms add {:.0} µs to the mean",
+        times.len(),
+        micros(total / calls),
+        at(50),
+        at(90),
+        at(99),
+        at(100),
+        micros(over / calls)
+    )
 }
 
 fn load(c: &mut Criterion) {
