@@ -20,6 +20,16 @@ use crate::store::check_revision;
 use crate::store::lease_rules;
 use crate::telemetry;
 
+/// What a save writes into a session's row, as the columns hold it: worked out (and
+/// checked to fit) once, before anything is written.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    /// The revision the save makes.
+    revision: i64,
+    created_ns: i64,
+    updated_ns: i64,
+}
+
 /// The columns of a session's row a save decides by.
 pub(super) struct Head {
     pub(super) revision: Revision,
@@ -68,13 +78,15 @@ impl SqliteSessionStore {
         let expected = snapshot.revision();
         let revision = expected.next();
         // Both fit the column (this also refuses u64::MAX, which `next()` cannot pass).
-        revision_column(id, revision)?;
         revision_column(id, expected)?;
-        let created = nanos(id, snapshot.created_at())?;
-        let updated = nanos(id, snapshot.updated_at())?;
+        let stamp = Stamp {
+            revision: revision_column(id, revision)?,
+            created_ns: nanos(id, snapshot.created_at())?,
+            updated_ns: nanos(id, snapshot.updated_at())?,
+        };
         snapshot.fence()?;
         if snapshot.is_unchanged_since_stored() {
-            if let Some(revision) = self.unchanged(snapshot, created, updated)? {
+            if let Some(revision) = self.unchanged(snapshot, stamp)? {
                 return Ok(revision);
             }
         }
@@ -92,11 +104,12 @@ impl SqliteSessionStore {
             lease_rules::check_save_at(snapshot, record.as_ref(), Utc::now())?;
             let Some(stored) = stored else {
                 check_revision(id, expected, None)?;
-                return self.write_whole(tx, snapshot, None, snapshot.stats_once_saved(revision));
+                let stats = snapshot.stats_once_saved(revision);
+                return self.write_whole(tx, snapshot, stamp, None, stats);
             };
             if stored.revision != expected {
                 // A save retried after its acknowledgement was lost gets its revision back.
-                if self.holds_save_of(tx, snapshot, &stored, created, updated)? {
+                if self.holds_save_of(tx, snapshot, &stored, stamp)? {
                     return Ok(revision);
                 }
                 return Err(Error::Conflict {
@@ -107,18 +120,18 @@ impl SqliteSessionStore {
             }
             // Another session deleted and created again under the same id: its log is not
             // this snapshot's, so the snapshot replaces it whole.
-            if stored.created_ns != created {
+            if stored.created_ns != stamp.created_ns {
                 let stats = HistoryStats {
                     oldest_revision: revision,
                     ..HistoryStats::default()
                 };
-                return self.write_whole(tx, snapshot, Some(&stored), stats);
+                return self.write_whole(tx, snapshot, stamp, Some(&stored), stats);
             }
             // Redaction changed messages already stored: the earlier revisions would keep
             // the text the redactor now removes.
             if snapshot.replaces_history() {
                 let stats = snapshot.stats_once_saved(revision);
-                return self.write_whole(tx, snapshot, Some(&stored), stats);
+                return self.write_whole(tx, snapshot, stamp, Some(&stored), stats);
             }
             // Every other save appends one entry: what the snapshot says changed since the
             // stored state it derives from, or else everything (an edit the history keeps).
@@ -135,7 +148,7 @@ impl SqliteSessionStore {
                 None => stored_form(&snapshot.entry_replacing_all(revision)?, id)?,
             };
             let stats = self.stored_stats(tx, id, &stored)?.after(entry.kind);
-            self.append(tx, snapshot, &stored, &entry, stats)
+            self.append(tx, snapshot, stamp, &stored, &entry, stats)
         })
     }
 
@@ -145,6 +158,7 @@ impl SqliteSessionStore {
         &self,
         conn: &Connection,
         snapshot: &SessionSnapshot,
+        stamp: Stamp,
         stored: &Head,
         entry: &StoredEntry,
         stats: HistoryStats,
@@ -172,8 +186,8 @@ impl SqliteSessionStore {
         .and_then(|mut s| {
             s.execute(rusqlite::params![
                 id.as_str(),
-                revision_column(id, revision).unwrap_or(i64::MAX),
-                nanos(id, snapshot.updated_at()).unwrap_or(i64::MAX),
+                stamp.revision,
+                stamp.updated_ns,
                 summary,
                 to_i64(entry.len() as u64),
                 state_counts(snapshot.counts()),
@@ -183,13 +197,7 @@ impl SqliteSessionStore {
         conn.prepare_cached(
             "INSERT INTO entries (session_id, revision, entry) VALUES (?1, ?2, ?3)",
         )
-        .and_then(|mut s| {
-            s.execute(rusqlite::params![
-                id.as_str(),
-                revision_column(id, revision).unwrap_or(i64::MAX),
-                entry
-            ])
-        })
+        .and_then(|mut s| s.execute(rusqlite::params![id.as_str(), stamp.revision, entry]))
         .map_err(fail)?;
         self.index_words(conn, id, revision, words)?;
         telemetry::wrote((entry.len() + summary.len()) as u64);
@@ -204,6 +212,7 @@ impl SqliteSessionStore {
         &self,
         conn: &Connection,
         snapshot: &SessionSnapshot,
+        stamp: Stamp,
         replaced: Option<&Head>,
         stats: HistoryStats,
     ) -> Result<Revision> {
@@ -225,9 +234,6 @@ impl SqliteSessionStore {
             });
         }
         let summary = self.summary_for(snapshot, revision, stats)?;
-        let new = revision_column(id, revision)?;
-        let created = nanos(id, snapshot.created_at())?;
-        let updated = nanos(id, snapshot.updated_at())?;
         let (shares_parent, shares_revision) = match &shares {
             Some((parent, at)) => (Some(parent.as_str()), Some(revision_column(parent, *at)?)),
             None => (None, None),
@@ -257,9 +263,9 @@ impl SqliteSessionStore {
         .and_then(|mut s| {
             s.execute(rusqlite::params![
                 id.as_str(),
-                new,
-                created,
-                updated,
+                stamp.revision,
+                stamp.created_ns,
+                stamp.updated_ns,
                 state_counts(snapshot.counts()),
                 shares_parent,
                 shares_revision,
@@ -303,14 +309,13 @@ impl SqliteSessionStore {
         conn: &Connection,
         snapshot: &SessionSnapshot,
         stored: &Head,
-        created: i64,
-        updated: i64,
+        stamp: Stamp,
     ) -> Result<bool> {
         let id = snapshot.id();
         let revision = snapshot.revision().next();
         if stored.revision != revision
-            || stored.created_ns != created
-            || stored.updated_ns != updated
+            || stored.created_ns != stamp.created_ns
+            || stored.updated_ns != stamp.updated_ns
             || stored.state_counts != state_counts(snapshot.counts())
         {
             return Ok(false);
@@ -333,11 +338,8 @@ impl SqliteSessionStore {
         let entry: Option<Vec<u8>> = conn
             .prepare_cached("SELECT entry FROM entries WHERE session_id = ?1 AND revision = ?2")
             .and_then(|mut s| {
-                s.query_row(
-                    rusqlite::params![id.as_str(), revision_column(id, revision).unwrap_or(0)],
-                    |r| r.get(0),
-                )
-                .optional()
+                s.query_row(rusqlite::params![id.as_str(), stamp.revision], |r| r.get(0))
+                    .optional()
             })
             .map_err(fail)?;
         match entry {
@@ -350,12 +352,7 @@ impl SqliteSessionStore {
     /// still holds exactly that state, so saving it writes nothing; `Ok(None)` to save it
     /// as usual; [`Error::Conflict`] if another writer moved the revision (or deleted the
     /// session); a lease refusal for a fenced writer, as a write would get.
-    fn unchanged(
-        &self,
-        snapshot: &SessionSnapshot,
-        created: i64,
-        updated: i64,
-    ) -> Result<Option<Revision>> {
+    fn unchanged(&self, snapshot: &SessionSnapshot, stamp: Stamp) -> Result<Option<Revision>> {
         let id = snapshot.id();
         self.db.read(|tx| {
             let stored = read_head(self, tx, id)?;
@@ -363,7 +360,7 @@ impl SqliteSessionStore {
             lease_rules::check_save_at(snapshot, record.as_ref(), Utc::now())?;
             check_revision(id, snapshot.revision(), stored.as_ref().map(|s| s.revision))?;
             Ok(stored
-                .filter(|s| s.created_ns == created && s.updated_ns == updated)
+                .filter(|s| s.created_ns == stamp.created_ns && s.updated_ns == stamp.updated_ns)
                 .map(|s| s.revision))
         })
     }
