@@ -20,7 +20,8 @@
 //!   FULL). `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
 //!   the store writes) appended to an open file + `fdatasync`. Target ≤ 2×. Every call
 //!   is also timed on its own, and the distribution of both (mean, p50, p90, p99, max,
-//!   and what the calls over 1 ms add to the mean) is printed after the group.
+//!   and what the calls over 1 ms add to the mean) is printed after the group: every
+//!   call criterion made, its warm-up's too, so more calls than its samples hold.
 //! - `load/sqlite/10000` and `load/file_store/10000`: the load of 10,000 messages saved
 //!   turn by turn, as an agent leaves them (a checkpoint of the first turn and one entry
 //!   per turn in both stores); `…_whole/10000`: the same messages saved at once (one

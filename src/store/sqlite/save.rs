@@ -20,8 +20,9 @@ use crate::store::check_revision;
 use crate::store::lease_rules;
 use crate::telemetry;
 
-/// What a save writes into a session's row, as the columns hold it: worked out (and
-/// checked to fit) once, before anything is written.
+/// A save's revision and times as the columns hold them (the session's row, its entry's
+/// row, and the comparisons with what is stored): worked out (and checked to fit) once,
+/// before anything is written.
 #[derive(Debug, Clone, Copy)]
 struct Stamp {
     /// The revision the save makes.
@@ -77,7 +78,8 @@ impl SqliteSessionStore {
         let id = snapshot.id();
         let expected = snapshot.revision();
         let revision = expected.next();
-        // Both fit the column (this also refuses u64::MAX, which `next()` cannot pass).
+        // The expected revision and the new one both fit the column (this also refuses
+        // u64::MAX, which `next()` cannot pass).
         revision_column(id, expected)?;
         let stamp = Stamp {
             revision: revision_column(id, revision)?,
