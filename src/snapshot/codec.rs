@@ -43,7 +43,7 @@ struct Decoded {
     transcript: Vec<Message>,
     #[serde(deserialize_with = "strict::objects")]
     tool_calls: Vec<ToolCallRecord>,
-    #[serde(deserialize_with = "strict::objects")]
+    #[serde(deserialize_with = "super::usage_list::usage_list")]
     usage: Vec<Usage>,
 }
 

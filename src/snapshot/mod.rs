@@ -22,6 +22,7 @@ mod retry;
 mod rewind;
 mod trim;
 mod upgrade;
+mod usage_list;
 mod validate;
 pub(crate) mod window;
 

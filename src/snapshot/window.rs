@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::usage_list;
 use super::Lineage;
 use crate::id::{Revision, SessionId};
 use crate::json::{self, Field, ObjectOnly, StrictMap};
@@ -43,6 +44,8 @@ const MESSAGE_SEAM: &[u8] = b"},{\"role\":";
 /// How many bytes must follow a value in the window before it is taken as whole: a number
 /// cut by the window's end would parse as a shorter number.
 const SLACK: usize = 64;
+/// What the window holds at least before a usage entry is read directly.
+const USAGE_ENTRY_ROOM: usize = 512;
 
 /// Why a window could not go on.
 enum Stop {
@@ -196,7 +199,7 @@ impl<R: Read> Window<'_, R> {
                 "lineage" => once(&mut fields.lineage, self.value()?)?,
                 "transcript" => once(&mut fields.transcript, self.messages()?)?,
                 "tool_calls" => once(&mut fields.tool_calls, self.list()?)?,
-                "usage" => once(&mut fields.usage, self.list()?)?,
+                "usage" => once(&mut fields.usage, self.usage()?)?,
                 _ => return Err(Stop::Fallback),
             }
             self.skip_whitespace()?;
@@ -250,6 +253,40 @@ impl<R: Read> Window<'_, R> {
         }
         loop {
             let ObjectOnly(item) = self.value()?;
+            items.push(item);
+            self.skip_whitespace()?;
+            match self.next_byte()? {
+                Some(b',') => {}
+                Some(b']') => return Ok(items),
+                _ => return Err(Stop::Fallback),
+            }
+        }
+    }
+
+    /// The usage entries: as [`list`](Self::list), but each entry in the form the crate
+    /// writes is read directly (see `usage_list.rs`), and only others by `serde_json`.
+    fn usage(&mut self) -> Result<Vec<Usage>, Stop> {
+        self.skip_whitespace()?;
+        self.expect(b'[')?;
+        let mut items: Vec<Usage> = Vec::new();
+        self.skip_whitespace()?;
+        if self.peek()? == Some(b']') {
+            self.pos += 1;
+            return Ok(items);
+        }
+        loop {
+            // Room for an entry with a model name of a few hundred bytes; a longer one is
+            // read by `value`, which reads on until it has it whole.
+            self.fill(USAGE_ENTRY_ROOM)?;
+            let item = if let Some((item, used)) =
+                usage_list::entry(&self.buf[self.pos..], items.last())
+            {
+                self.pos += used;
+                item
+            } else {
+                let ObjectOnly(item) = self.value()?;
+                item
+            };
             items.push(item);
             self.skip_whitespace()?;
             match self.next_byte()? {
