@@ -651,13 +651,17 @@ async fn a_thousand_turns_with_rewinds_and_compactions_stay_within_1_3_times_the
     let history = store.history(session.id()).expect("history");
     let said: Vec<Message> = history.messages.iter().map(|m| m.message.clone()).collect();
     let history_len = json_len(&said);
-    let on_disk = len_or_zero(&f.base) + len_or_zero(&f.journal);
+    // The view checkpoint of the last compaction is on disk too.
+    let view = dir.join(format!("{}.view", session.id()));
+    assert!(view.exists(), "the last compaction's view checkpoint");
+    let on_disk = len_or_zero(&f.base) + len_or_zero(&f.journal) + len_or_zero(&view);
     // The figure the README quotes (run with `-- --nocapture`).
     eprintln!(
         "1,000 turns, {rewinds} rewinds, {compactions} compactions: {on_disk} bytes on disk \
-         (base {} + journal {}) for a history of {} messages, {history_len} bytes of JSON: {}.{:03} x",
+         (base {} + journal {} + view {}) for a history of {} messages, {history_len} bytes of JSON: {}.{:03} x",
         len_or_zero(&f.base),
         len_or_zero(&f.journal),
+        len_or_zero(&view),
         said.len(),
         on_disk / history_len,
         on_disk % history_len * 1000 / history_len

@@ -15,6 +15,7 @@ mod state;
 mod summary;
 #[cfg(test)]
 mod tests;
+mod view;
 mod write;
 
 use std::collections::HashMap;
@@ -52,6 +53,8 @@ const SUMMARY_SUFFIX: &str = ".summary";
 const ARCHIVED_SUFFIX: &str = ".archived";
 /// The suffix of the file listing the forks that share a session's first messages.
 const FORKS_SUFFIX: &str = ".forks";
+/// The suffix of a compacted session's view checkpoint (a cache; see `view.rs`).
+const VIEW_SUFFIX: &str = ".view";
 /// Suffix of temporary files; their names start with a dot, so they are never sessions.
 const TEMP_SUFFIX: &str = ".tmp";
 /// Sessions whose stored state a store remembers between saves; past this the memory is
@@ -554,7 +557,12 @@ impl SessionStore for FileSessionStore {
                 None => snapshot.stats_once_saved(revision),
             };
             if stored.verified && stored.journal_version != Some(1) {
-                return self.append(&write::After::snapshot(snapshot), &stored, &entry, stats);
+                return self.append(
+                    &write::After::snapshot(snapshot, kind),
+                    &stored,
+                    &entry,
+                    stats,
+                );
             }
             // A journal of an earlier format, or one whose last record may not be durable (its
             // fdatasync failed), is written again whole with the entry added, and made durable

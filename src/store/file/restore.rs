@@ -150,6 +150,7 @@ impl FileSessionStore {
             updated_at: entry.head.updated_at,
             counts: entry.head.state,
             snapshot: None,
+            kind: EntryKind::Restore,
         };
         self.append(&after, &stored, &bytes, stats.after(EntryKind::Restore))
             .map(Some)

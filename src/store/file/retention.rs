@@ -83,6 +83,14 @@ impl FileSessionStore {
             },
             other => other,
         };
+        // The view checkpoint may hold a state of a revision the trim drops, and names the
+        // base it replaces: it goes first (a trim that cannot remove it trims nothing).
+        let view = self.view_path(id);
+        match self.fs.remove_file(&view) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove the view checkpoint", &view, e)),
+        }
         self.replace_file(id, &journal_path, &restarted)
             .map_err(not_durable)?;
         self.replace_file(id, &path, &base).map_err(not_durable)?;

@@ -150,6 +150,14 @@ impl FileSessionStore {
     /// Reads and verifies the state of `id` (its base snapshot and the records of its
     /// journal); `Ok(None)` if there is none. Remembers what it read for later saves.
     pub(super) fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
+        // A compacted session loads from its view checkpoint when that still describes
+        // the stored files, without reading the history the compaction replaced.
+        if let Some((snapshot, known)) = self.read_from_view(id) {
+            if let Some(known) = known {
+                self.remember_unlocked_read(id, known);
+            }
+            return Ok(Some(snapshot));
+        }
         Ok(self.read_state(id, false)?.map(|(snapshot, known)| {
             if let Some(known) = known {
                 self.remember_unlocked_read(id, known);

@@ -70,6 +70,11 @@ impl Stamp {
             ctime_nsec: meta.ctime_nsec(),
         }
     }
+
+    /// The file's size when it was stamped.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -4,15 +4,17 @@
 
 use std::fs::File;
 use std::io::{self};
+use std::path::Path;
 
 use super::atomic::{self, ReplaceError};
 use super::journal;
 use super::state::Known;
 use super::summary::Stamp;
+use super::view::Appended;
 use super::FileSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{Counts, HistoryStats, SessionSnapshot};
+use crate::snapshot::{Counts, EntryKind, HistoryStats, SessionSnapshot};
 
 use chrono::{DateTime, Utc};
 
@@ -25,16 +27,19 @@ pub(super) struct After<'a> {
     /// Without it (a restore written from the log's heads alone) the summary is left to
     /// go stale, and the next listing reads the session instead.
     pub(super) snapshot: Option<&'a SessionSnapshot>,
+    /// What the entry is: a compaction's state is also written as the view checkpoint.
+    pub(super) kind: EntryKind,
 }
 
 impl<'a> After<'a> {
-    /// What saving `snapshot` makes.
-    pub(super) fn snapshot(snapshot: &'a SessionSnapshot) -> Self {
+    /// What saving `snapshot` as an entry of `kind` makes.
+    pub(super) fn snapshot(snapshot: &'a SessionSnapshot, kind: EntryKind) -> Self {
         After {
             id: snapshot.id(),
             updated_at: snapshot.updated_at(),
             counts: snapshot.counts(),
             snapshot: Some(snapshot),
+            kind,
         }
     }
 }
@@ -97,30 +102,8 @@ impl FileSessionStore {
                 )
             })?;
         }
-        let (file, created) = match self.open_checked(&path, true)? {
-            Some((file, meta)) => {
-                if offset == 0 {
-                    // An older base's entries: gone for good before new ones are written.
-                    self.empty_journal(&file, meta.len())
-                        .map_err(|e| Error::io("empty the journal", &path, e))?;
-                }
-                (file, false)
-            }
-            // Gone since it was read (removed by hand): entries after `offset` would follow
-            // a hole, so the save fails rather than write them there.
-            None if offset > 0 => {
-                self.forget(id);
-                return Err(Error::inconsistent(format!(
-                    "the journal {} disappeared while session {id} was saved; load the session again",
-                    path.display()
-                ))
-                .at(&Location::file(&path)));
-            }
-            None => match self.fs.create_private(&path) {
-                Ok(file) => (file, true),
-                Err(e) => return Err(Error::io("create the journal", &path, e)),
-            },
-        };
+        let (file, created) = self.open_journal_at(id, &path, offset)?;
+        let header_len = header.len();
         let mut bytes = header;
         bytes.extend_from_slice(entry);
         self.write_record(after, &stored, &file, offset, &bytes, created)?;
@@ -149,8 +132,49 @@ impl FileSessionStore {
         self.extend_index(id, stored.revision, revision, after.counts);
         if let Some(snapshot) = after.snapshot {
             self.write_summary(snapshot, revision, stats, stored.base, journal_stamp);
+            if after.kind == EntryKind::Compaction {
+                self.write_view(&Appended {
+                    stored: &stored,
+                    journal: &file,
+                    offset,
+                    written: &bytes,
+                    header_len,
+                    snapshot,
+                    revision,
+                    stats,
+                });
+            }
         }
         Ok(revision)
+    }
+
+    /// The journal of `id` at `path`, open for an append at `offset` (emptied first when
+    /// the append starts it again at 0), and whether it was created.
+    fn open_journal_at(&self, id: &SessionId, path: &Path, offset: u64) -> Result<(File, bool)> {
+        Ok(match self.open_checked(path, true)? {
+            Some((file, meta)) => {
+                if offset == 0 {
+                    // An older base's entries: gone for good before new ones are written.
+                    self.empty_journal(&file, meta.len())
+                        .map_err(|e| Error::io("empty the journal", path, e))?;
+                }
+                (file, false)
+            }
+            // Gone since it was read (removed by hand): entries after `offset` would follow
+            // a hole, so the save fails rather than write them there.
+            None if offset > 0 => {
+                self.forget(id);
+                return Err(Error::inconsistent(format!(
+                "the journal {} disappeared while session {id} was saved; load the session again",
+                path.display()
+            ))
+                .at(&Location::file(path)));
+            }
+            None => match self.fs.create_private(path) {
+                Ok(file) => (file, true),
+                Err(e) => return Err(Error::io("create the journal", path, e)),
+            },
+        })
     }
 
     /// Replaces the base of `id` with a private copy of its own bytes, and returns the new
@@ -483,6 +507,13 @@ impl FileSessionStore {
             Err(ReplaceError::Unchanged(err)) => return Err(err),
             Err(ReplaceError::NotDurable(source)) => Some(source),
         };
+        // A view checkpoint names the old base, so no load uses it again; it still holds
+        // the old messages (unredacted ones, for a save that redacts), so it goes with the
+        // journal's records: once the rename is durable (a power cut could bring the old
+        // base back, which the view describes), and best effort, as emptying the journal.
+        if not_durable.is_none() {
+            let _ = self.fs.remove_file(&self.view_path(id));
+        }
         // The journal's records are in the new base now, and its header names an older
         // revision, so it is ignored even if this truncation is lost in a crash.
         let journal_path = self.journal_path(id);

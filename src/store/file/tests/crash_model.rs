@@ -1605,8 +1605,9 @@ fn store_plan() -> Vec<Action> {
 }
 
 /// The journal's life: created by a first append, appended to, emptied by a rewrite and
-/// started again at offset 0, filled close to its bound and compacted (a rewrite), started
-/// again, deleted with the session, and started once more for a new session of that id.
+/// started again at offset 0, filled close to its bound and compacted (its view checkpoint
+/// written beside it), restored to a state before the compaction, trimmed, deleted with
+/// the session, and started once more for a new session of that id.
 fn journal_plan() -> Vec<Action> {
     use Action::{Append, Compact, Delete, Edit, Restore, Rewind, Save, StoreRestore, Trim};
     vec![
@@ -1620,6 +1621,10 @@ fn journal_plan() -> Vec<Action> {
         Append(150),
         Edit,
         Append(4_000),
+        Append(4_000),
+        Append(4_000),
+        Append(150),
+        // Its view is a small part of the log: the view checkpoint is written (unsynced).
         Compact,
         Append(150),
         StoreRestore(2),
@@ -1829,17 +1834,17 @@ fn every_crash_point_of_saves_and_a_delete_recovers_the_old_or_the_new_snapshot(
         .filter(|r| r.label.starts_with("save"))
         .count();
     assert!(saves >= 4);
-    // A first save makes 18 calls (it also checks for a leftover archive marker), a save
-    // over a file this store saved 20 (it checks the base's header first, and the list of
+    // A first save makes 19 calls (it also checks for a leftover archive marker), a save
+    // over a file this store saved 21 (it checks the base's header first, and the list of
     // forks sharing the session it replaces); both check the lock file's identity, read
     // the session's lease and check the journal's path: see fault_injection's clean
-    // sequences (the rewrite, then the journal and the summary). Each is cut before its
-    // first call and after every call.
+    // sequences (the rewrite, the view checkpoint's removal, then the journal and the
+    // summary). Each is cut before its first call and after every call.
     assert!(
         records
             .iter()
             .filter(|r| r.label.starts_with("save"))
-            .all(|r| matches!(r.steps.len(), 19 | 21)),
+            .all(|r| matches!(r.steps.len(), 20 | 22)),
         "{:?}",
         records
             .iter()
@@ -1857,11 +1862,11 @@ fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_ne
     // delete), appended to, rewound (an entry that keeps fewer messages and adds none),
     // restored twice from a loaded snapshot and twice through the store (the first
     // reading the log, the second from the lengths the store kept), edited whole and
-    // compacted, each an entry appended.
+    // compacted (with a view checkpoint), each an entry appended.
     let labels: Vec<&str> = records.iter().map(|r| r.label.as_str()).collect();
     let count = |prefix: &str| labels.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(count("append (the journal started)"), 3, "{labels:?}");
-    assert_eq!(count("append of"), 6, "{labels:?}");
+    assert_eq!(count("append of"), 9, "{labels:?}");
     assert_eq!(count("rewind of"), 1, "{labels:?}");
     assert_eq!(count("restore of"), 2, "{labels:?}");
     assert_eq!(count("store restore of"), 2, "{labels:?}");
@@ -1869,6 +1874,21 @@ fn every_crash_point_and_every_byte_of_journal_writes_recovers_the_old_or_the_ne
     assert_eq!(count("edit of"), 1, "{labels:?}");
     assert_eq!(count("compaction of"), 1, "{labels:?}");
     assert_eq!(count("delete"), 1, "{labels:?}");
+    // The compaction wrote its view checkpoint, so crashes during that write (and the
+    // loads after every later crash point until the trim removes it) are checked too.
+    let compaction = records
+        .iter()
+        .find(|r| r.label.starts_with("compaction of"))
+        .expect("a compaction");
+    let (_, after_compaction) = compaction.steps.last().expect("its calls");
+    assert!(
+        after_compaction
+            .live_dir
+            .keys()
+            .any(|name| *name == format!("{ID}.view")),
+        "{:?}",
+        after_compaction.live_dir.keys()
+    );
     let (figures, violations) = check(&records, Fates::Ordered);
     report(
         "FileSessionStore with its journal (appends, rewind, restore, edit, compaction, rewrite, delete)",

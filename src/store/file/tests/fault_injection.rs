@@ -138,10 +138,10 @@ pub(super) fn saved(snapshot: &SessionSnapshot) -> SessionSnapshot {
     snapshot.clone().with_revision(snapshot.revision().next())
 }
 
-/// The files of session `id` (`.json`, `.journal`, `.summary`, `.archived`) present in
+/// The files of session `id` (`.json`, `.journal`, `.summary`, `.view`, `.archived`) present in
 /// `dir`.
 pub(super) fn session_files(dir: &Path, id: &SessionId) -> Vec<String> {
-    ["json", "journal", "summary", "archived"]
+    ["json", "journal", "summary", "view", "archived"]
         .iter()
         .map(|suffix| format!("{id}.{suffix}"))
         .filter(|name| std::fs::symlink_metadata(dir.join(name)).is_ok())
@@ -832,10 +832,12 @@ impl Existing {
 
 /// Whether `call` is bookkeeping whose failure a save may swallow (`before` are the calls
 /// that preceded it): anything on the listing summary (a cache, ignored when it does not
-/// match the files); once the new base is renamed into place, noting the new files'
-/// identities; and once that rename is durable (a directory fsync succeeded after it),
-/// emptying the now-stale journal, `set_len(0)` then `sync_data` (its header names the old
-/// base, so it is ignored whether or not the emptying reaches the disk).
+/// match the files); writing the view checkpoint after a compaction's entry; once the new
+/// base is renamed into place, noting the new files' identities; and once that rename is
+/// durable (a directory fsync succeeded after it), emptying the now-stale journal,
+/// `set_len(0)` then `sync_data` (its header names the old base, so it is ignored whether
+/// or not the emptying reaches the disk), and removing the view checkpoint (which names
+/// the old base's stamp, so it is not used whether or not it goes).
 ///
 /// Emptying the journal before the rename is durable is not bookkeeping: a power cut could
 /// bring the old base back, and it needs that journal's records (see
@@ -843,6 +845,7 @@ impl Existing {
 /// `set_len` as soon as the rename was done; that was too lenient.
 fn is_bookkeeping(call: &Call, before: &[Call]) -> bool {
     kind(call) == "summary"
+        || (kind(call) == "view" && call.op != Op::RemoveFile)
         || (renamed_in(before)
             && matches!(
                 call.op,
@@ -852,6 +855,8 @@ fn is_bookkeeping(call: &Call, before: &[Call]) -> bool {
         || (rename_durable_in(before)
             && matches!(call.op, Op::SetLen | Op::SyncData)
             && kind(call) == "journal")
+        || (rename_durable_in(before) && call.op == Op::RemoveFile && kind(call) == "view")
+        || (!renamed_in(before) && call.op == Op::RemoveFile && kind(call) == "view")
 }
 
 /// Whether `call` reads the stored state before the save changed anything (`before` are
@@ -1009,7 +1014,7 @@ fn save_with_fault(
     // No temporary file left, unless removing it failed too (a persistent fault).
     let cleanup_failed = calls
         .iter()
-        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+        .any(|c| c.op == Op::RemoveFile && kind(c) == "temp" && c.errno.is_some());
     let temps = temp_files(&root);
     if cleanup_failed {
         ensure!(
@@ -1180,7 +1185,8 @@ fn check_save_result(
 }
 
 /// Which of the store's files a call acted on, to pin call sequences: `base` (`<id>.json`),
-/// `journal`, `summary`, `archived` (the archive marker), `temp` (a temporary file),
+/// `journal`, `summary`, `view` (the view checkpoint), `archived` (the archive marker),
+/// `temp` (a temporary file),
 /// `lock`, or `dir` (a directory, or no path known).
 fn kind(call: &Call) -> &'static str {
     let Some(path) = &call.path else {
@@ -1190,6 +1196,7 @@ fn kind(call: &Call) -> &'static str {
         Some("json") => "base",
         Some("journal") => "journal",
         Some("summary") => "summary",
+        Some("view") => "view",
         Some("archived") => "archived",
         Some("forks") => "forks",
         Some("lease") => "lease",
@@ -1325,7 +1332,9 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
         (Rename, "temp"),
         (SyncDir, "dir"),
     ];
+    // Once the new base is in place, a view checkpoint of the old one goes.
     let after = [
+        (RemoveFile, "view"),
         (OpenWrite, "journal"),
         (SymlinkMetadata, "base"),
         (SymlinkMetadata, "journal"),
@@ -1432,6 +1441,7 @@ fn clean_calls_of_save_delete_and_open_are_in_the_durable_order() {
             (SymlinkMetadata, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "view"),
             (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
@@ -1804,7 +1814,7 @@ fn delete_with_fault(
                         (calls[i].op, kind(&calls[i])),
                         (
                             Op::SymlinkMetadata | Op::RemoveFile,
-                            "journal" | "summary" | "archived"
+                            "journal" | "summary" | "view" | "archived"
                         ) | (Op::SyncDir, "dir")
                     ),
                     "failure after the unlink of the base: {:?} on {:?}",
@@ -1949,6 +1959,7 @@ fn every_failing_call_of_a_delete_of_an_archived_session_keeps_or_removes_the_wh
             (RemoveFile, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "view"),
             (SymlinkMetadata, "archived"),
             (RemoveFile, "archived"),
             (SyncDir, "dir"),
@@ -2372,7 +2383,8 @@ enum JournalCase {
     /// A snapshot built anew with the stored creation time, saved over the stored one: an
     /// entry that replaces the whole view (the history keeps the old one).
     Edit,
-    /// A compaction of all but the last message into a summary: an entry holding it.
+    /// A compaction of all but the last message of four long turns into a summary: an
+    /// entry holding it, and the view checkpoint of the state it makes.
     Compact,
     /// A restore of the revision before the last: an entry naming it.
     Restore,
@@ -2416,12 +2428,15 @@ fn prepare_journal_case(
     };
     match case {
         JournalCase::FirstAppend => {}
-        JournalCase::Append
-        | JournalCase::Rewind
-        | JournalCase::Replace
-        | JournalCase::Edit
-        | JournalCase::Compact => {
+        JournalCase::Append | JournalCase::Rewind | JournalCase::Replace | JournalCase::Edit => {
             append(&store, "first turn", 200)?;
+        }
+        // Long enough that the compacted view is less than half the log: its view
+        // checkpoint is written.
+        JournalCase::Compact => {
+            for turn in ["first turn", "second turn", "third turn", "fourth turn"] {
+                append(&store, turn, 2_000)?;
+            }
         }
         JournalCase::Restore => {
             append(&store, "first turn", 200)?;
@@ -2568,7 +2583,7 @@ fn journal_save_with_fault(
     // No temporary file left, unless removing it failed too (a persistent fault).
     let cleanup_failed = calls
         .iter()
-        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+        .any(|c| c.op == Op::RemoveFile && kind(c) == "temp" && c.errno.is_some());
     let temps = temp_files(&root);
     ensure!(
         temps.len() == usize::from(cleanup_failed),
@@ -2802,6 +2817,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             (SyncFile, "temp"),
             (Rename, "temp"),
             (SyncDir, "dir"),
+            (RemoveFile, "view"),
             (OpenWrite, "journal"),
             (SetLen, "journal"),
             (SyncData, "journal"),
@@ -2809,6 +2825,18 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             (SymlinkMetadata, "journal"),
         ],
         &summary,
+    ]
+    .concat();
+    // A compaction appends as a turn does, then writes its view checkpoint in place
+    // (created the first time), without fsync, after the summary.
+    let compact = [
+        append.as_slice(),
+        &[
+            (OpenWrite, "view"),
+            (CreatePrivate, "view"),
+            (WriteAllAt, "view"),
+            (SetLen, "view"),
+        ],
     ]
     .concat();
     // A journal of format 1 is read back whole (the base, the journal, the base's name
@@ -2841,7 +2869,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
         (JournalCase::Replace, &replace, true),
         (JournalCase::Rewind, &append, false),
         (JournalCase::Edit, &append, false),
-        (JournalCase::Compact, &append, false),
+        (JournalCase::Compact, &compact, false),
         (JournalCase::Restore, &append, false),
         (JournalCase::Upgrade, &upgrade, false),
     ] {
@@ -2868,6 +2896,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             (RemoveFile, "journal"),
             (SymlinkMetadata, "summary"),
             (RemoveFile, "summary"),
+            (SymlinkMetadata, "view"),
             (SymlinkMetadata, "archived"),
             (SyncDir, "dir"),
         ]
@@ -3546,7 +3575,7 @@ fn trim_with_fault(fault: Fault, persistence: Persistence, k: usize) -> Result<b
     check_no_fsync_retry(&calls)?;
     let cleanup_failed = calls
         .iter()
-        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+        .any(|c| c.op == Op::RemoveFile && kind(c) == "temp" && c.errno.is_some());
     ensure!(
         temp_files(&root).len() == usize::from(cleanup_failed),
         "temporary files left"
@@ -3679,7 +3708,7 @@ fn fork_with_fault(fault: Fault, persistence: Persistence, k: usize) -> Result<b
     check_no_fsync_retry(&calls)?;
     let cleanup_failed = calls
         .iter()
-        .any(|c| c.op == Op::RemoveFile && c.errno.is_some());
+        .any(|c| c.op == Op::RemoveFile && kind(c) == "temp" && c.errno.is_some());
     ensure!(
         temp_files(&root).len() == usize::from(cleanup_failed),
         "temporary files left"
