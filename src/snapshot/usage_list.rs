@@ -43,12 +43,24 @@ pub(crate) fn decode(json: &str) -> serde_json::Result<Vec<Usage>> {
     Ok(entries)
 }
 
-/// An error inside the `usage` array, said to be there (its position is the array's).
+/// An error inside the `usage` array, said to be there. Its position within the array
+/// is said in words: a message ending in "at line L column C" would be taken by
+/// `serde_json` as the document's position, which is given after it instead.
 struct InUsage(serde_json::Error);
 
 impl fmt::Display for InUsage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "in `usage`: {}", self.0)
+        let text = self.0.to_string();
+        let what = match text.rsplit_once(" at line ") {
+            Some((what, _)) if self.0.line() > 0 => what,
+            _ => &text,
+        };
+        write!(
+            f,
+            "{what} (in `usage`, line {} column {} of the array)",
+            self.0.line(),
+            self.0.column()
+        )
     }
 }
 
@@ -240,6 +252,34 @@ mod tests {
                 prop_assert_eq!(decoded, serde);
             }
         }
+    }
+
+    #[test]
+    fn an_error_in_usage_says_so_and_where_in_the_document() {
+        let snapshot =
+            crate::SessionSnapshot::builder(crate::SessionId::parse("s").expect("id"), "m")
+                .usage(vec![Usage::new("m"), Usage::new("m")])
+                .build()
+                .expect("snapshot");
+        let good = String::from_utf8(snapshot.to_json().expect("encode")).expect("utf-8");
+        let bad = good.replacen("\"output_tokens\":0", "\"output_tokens\":\"0\"", 2);
+        let err = crate::SessionSnapshot::from_json(bad.as_bytes()).expect_err("a string count");
+        let crate::Error::Malformed { source, .. } = err else {
+            panic!("not malformed: {err:?}");
+        };
+        let text = source.to_string();
+        assert!(text.contains("(in `usage`, line 1 column "), "{text}");
+        // The position given is the document's: past where `usage` starts.
+        let usage_at = bad.find("\"usage\"").expect("usage");
+        let column = text
+            .rsplit_once(" column ")
+            .and_then(|(_, c)| {
+                c.trim_end_matches(|ch: char| !ch.is_ascii_digit())
+                    .parse::<usize>()
+                    .ok()
+            })
+            .expect("a column");
+        assert!(column > usage_at, "{text}");
     }
 
     #[test]
