@@ -337,3 +337,56 @@ fn a_view_whose_compaction_a_power_cut_took_back_is_not_used() {
         next.with_revision(revision)
     );
 }
+
+#[test]
+fn forks_that_share_their_parents_messages_get_no_view_and_chains_of_them_still_load() {
+    let (_tmp, dir) = store_dir();
+    let root = SessionId::parse("root").expect("id");
+    saved_turn_by_turn(&dir, &root, 20);
+    // A chain of forks, each made from the last one after that one was compacted and
+    // saved, and loaded again (as a resumed session is) before it is forked: the depth of
+    // the chain of sharing forks must survive the loads, so every fork keeps loading.
+    let mut parent = root;
+    for i in 0..12 {
+        let id = SessionId::parse(&format!("fork-{i}")).expect("id");
+        let store = open(&dir);
+        store
+            .fork(&parent, agent_session::ForkAt::End, id.clone())
+            .expect("fork");
+        let mut head = store.load(&id).expect("load the fork");
+        for turn in 0..4 {
+            head = appended(head, 1_000 + i * 10 + turn, TURN);
+            let revision = store.save(&head).expect("a turn of the fork");
+            head = head.with_revision(revision);
+        }
+        compact(&store, &id, 1);
+        assert!(
+            !view_path(&dir, &id).exists() || i >= 8,
+            "fork {i} shares its parent's messages: no view"
+        );
+        for earlier in 0..=i {
+            let earlier = SessionId::parse(&format!("fork-{earlier}")).expect("id");
+            open(&dir)
+                .load(&earlier)
+                .expect("every fork of the chain loads");
+        }
+        parent = id;
+    }
+}
+
+#[test]
+fn stored_bytes_counts_the_view() {
+    let (_tmp, dir) = store_dir();
+    let id = SessionId::parse("counted").expect("id");
+    saved_turn_by_turn(&dir, &id, 20);
+    compact(&open(&dir), &id, 2);
+    let f = files(&dir, &id);
+    let on_disk: u64 = [f.base, f.journal, view_path(&dir, &id)]
+        .iter()
+        .map(|p| fs::metadata(p).expect("stat").len())
+        .sum();
+    assert_eq!(
+        open(&dir).stored_bytes(&id).expect("stored bytes"),
+        Some(on_disk)
+    );
+}

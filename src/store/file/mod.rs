@@ -761,12 +761,16 @@ impl SessionStore for FileSessionStore {
         })
     }
 
-    /// The sizes of the session's snapshot file and journal, from `lstat`.
+    /// The sizes of the session's snapshot file, journal and view checkpoint, from `lstat`.
     fn stored_bytes(&self, id: &SessionId) -> Result<Option<u64>> {
         telemetry::store_op("stored_bytes", "file", Some(id)).run(|| {
             self.check_root()?;
             let mut bytes = 0;
-            for (path, required) in [(self.path_of(id), true), (self.journal_path(id), false)] {
+            for (path, required) in [
+                (self.path_of(id), true),
+                (self.journal_path(id), false),
+                (self.view_path(id), false),
+            ] {
                 match self.fs.symlink_metadata(&path) {
                     Ok(meta) => bytes += meta.len(),
                     Err(e) if e.kind() == io::ErrorKind::NotFound && required => {

@@ -110,11 +110,20 @@ pub(super) struct Appended<'a> {
 }
 
 impl FileSessionStore {
-    /// Writes the view checkpoint of a session whose compaction was just appended (and is
-    /// durable), if the view is at most half of what a load reads without it; otherwise
-    /// removes a view file that would describe an older state. Best effort: a view file
-    /// that is not written is a slower load, never a different one.
+    /// Writes the view checkpoint of a session whose compaction was just appended, if the
+    /// view is at most half of what a load reads without it. Otherwise a view of an
+    /// earlier compaction stays: it still names frames that are there, and the journal's
+    /// entries after it (this compaction's among them) are folded onto it. Best effort: a
+    /// view file that is not written is a slower load, never a different one.
+    ///
+    /// A fork whose checkpoint shares its parent's messages gets none: its load reads the
+    /// parent's state (and checks that the parent still keeps it), and what it knows of
+    /// the sharing (how deep the chain of forks is) comes from its base, which a view
+    /// does not hold.
     pub(super) fn write_view(&self, appended: &Appended<'_>) {
+        if appended.snapshot.share().is_some() {
+            return;
+        }
         let path = self.view_path(appended.snapshot.id());
         let written = encode_view(appended).and_then(|bytes| {
             let log_bytes = appended
@@ -125,10 +134,6 @@ impl FileSessionStore {
             ((bytes.len() as u64).saturating_mul(2) <= log_bytes).then_some(bytes)
         });
         let Some(bytes) = written else {
-            // A view of an earlier compaction no longer matches the journal's last
-            // entries, but it still names frames that are there: it is removed, so a load
-            // never pays for reading it.
-            let _ = self.fs.remove_file(&path);
             return;
         };
         let file = match self.open_checked(&path, true) {

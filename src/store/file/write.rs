@@ -106,6 +106,9 @@ impl FileSessionStore {
         let header_len = header.len();
         let mut bytes = header;
         bytes.extend_from_slice(entry);
+        // What the log holds with the entry: also what a failed fsync that leaves the
+        // entry in place remembers.
+        stored.stats = Some(stats);
         self.write_record(after, &stored, &file, offset, &bytes, created)?;
         let journal_stamp = file.metadata().ok().map(|meta| Stamp::of(&meta));
         match journal_stamp {
@@ -154,9 +157,12 @@ impl FileSessionStore {
         Ok(match self.open_checked(path, true)? {
             Some((file, meta)) => {
                 if offset == 0 {
-                    // An older base's entries: gone for good before new ones are written.
+                    // An older base's entries: gone for good before new ones are written,
+                    // and a view checkpoint of that base with them (a rewrite whose rename
+                    // was not durable left both).
                     self.empty_journal(&file, meta.len())
                         .map_err(|e| Error::io("empty the journal", path, e))?;
+                    let _ = self.fs.remove_file(&self.view_path(id));
                 }
                 (file, false)
             }

@@ -856,7 +856,7 @@ fn is_bookkeeping(call: &Call, before: &[Call]) -> bool {
             && matches!(call.op, Op::SetLen | Op::SyncData)
             && kind(call) == "journal")
         || (rename_durable_in(before) && call.op == Op::RemoveFile && kind(call) == "view")
-        || (!renamed_in(before) && call.op == Op::RemoveFile && kind(call) == "view")
+        || (call.op == Op::RemoveFile && kind(call) == "view" && !renamed_in(before))
 }
 
 /// Whether `call` reads the stored state before the save changed anything (`before` are
@@ -2778,14 +2778,24 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
     ]
     .concat();
     let append = [remembered.as_slice(), &appending, &summary].concat();
+    // An append that starts the journal again at offset 0 over an older base's (emptied)
+    // journal also removes a view checkpoint that base may have left.
+    let after_rewrite = [
+        remembered.as_slice(),
+        &[(OpenWrite, "journal"), (RemoveFile, "view")],
+        &appending[1..],
+        &summary,
+    ]
+    .concat();
     // A store that remembers nothing reads and verifies the whole state before it
     // appends (the base, the journal, then the base's name again). The journal it finds
     // holds an older base's records, so the new journal starts at offset 0. Files this
     // store did not name itself may not be in the directory durably yet (a save that
     // crashed before its directory fsync), so the directory is fsynced first. The stale
     // journal is then emptied durably (`set_len(0)`, `sync_data`), or a crash that lost the
-    // truncation could keep the new header and record over stale records; then the usual
-    // cut (to 0 again, a no-op), write and sync.
+    // truncation could keep the new header and record over stale records, and a view
+    // checkpoint of the older base is removed; then the usual cut (to 0 again, a no-op),
+    // write and sync.
     let from_files = [
         inspect.as_slice(),
         &[
@@ -2798,6 +2808,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             (OpenWrite, "journal"),
             (SetLen, "journal"),
             (SyncData, "journal"),
+            (RemoveFile, "view"),
         ],
         &appending[1..],
         &summary,
@@ -2864,7 +2875,7 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
     for (case, calls, rewrites) in [
         (JournalCase::FirstAppend, &first, false),
         (JournalCase::Append, &append, false),
-        (JournalCase::AfterRewrite, &append, false),
+        (JournalCase::AfterRewrite, &after_rewrite, false),
         (JournalCase::OverStaleJournal, &from_files, false),
         (JournalCase::Replace, &replace, true),
         (JournalCase::Rewind, &append, false),
@@ -2901,6 +2912,130 @@ fn clean_calls_of_journal_saves_and_of_a_delete_with_a_journal_are_in_the_durabl
             (SyncDir, "dir"),
         ]
     );
+}
+
+/// A compacted session (with its view checkpoint) in `dir`, through `fs`.
+fn compacted_with_view(dir: &Path, fs: &Arc<FaultyFileSystem>) -> FileSessionStore {
+    let store = open_faulty(dir, fs).expect("open");
+    let id = SessionId::parse(ID).expect("valid id");
+    store.save(&snapshot_on(&id, 0, "base", 300)).expect("save");
+    for turn in ["first", "second", "third", "fourth"] {
+        let loaded = store.load(&id).expect("load");
+        store.save(&appended(&loaded, turn, 2_000)).expect("append");
+    }
+    let mut compacted = store.load(&id).expect("load");
+    let replaced = compacted.transcript().len() - 1;
+    compacted
+        .compact(Compaction::new(replaced, vec![Message::user("summary")]))
+        .expect("compact");
+    store.save(&compacted).expect("save the compaction");
+    assert!(dir.join(format!("{ID}.view")).exists(), "setup: a view");
+    fs.disarm();
+    store
+}
+
+/// A rewind whose `fdatasync` failed stays in the journal (its save says it may not be
+/// durable); the next save writes the journal again with it, and what that save records
+/// of the history (the listing summary's counts) counts the rewind.
+#[test]
+fn a_rewind_whose_fsync_failed_is_counted_by_the_next_save() {
+    use crate::store::SessionStore as _;
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let store = open_faulty(&dir, &fs).expect("open");
+    let id = SessionId::parse(ID).expect("valid id");
+    store.save(&snapshot_on(&id, 0, "base", 300)).expect("save");
+    for turn in ["first", "second"] {
+        let loaded = store.load(&id).expect("load");
+        store.save(&appended(&loaded, turn, 200)).expect("append");
+    }
+    let mut rewound = store.load(&id).expect("load");
+    rewound.rewind(RewindTo::LastTurns(1)).expect("rewind");
+    // The rewind's append, failing at its `fdatasync`.
+    fs.disarm();
+    let k = {
+        let (_scratch, base) = scratch_dir();
+        let dir = base.join("store");
+        let clean_fs = Arc::new(FaultyFileSystem::default());
+        let clean = open_faulty(&dir, &clean_fs).expect("open");
+        clean.save(&snapshot_on(&id, 0, "base", 300)).expect("save");
+        for turn in ["first", "second"] {
+            let loaded = clean.load(&id).expect("load");
+            clean.save(&appended(&loaded, turn, 200)).expect("append");
+        }
+        let mut again = clean.load(&id).expect("load");
+        again.rewind(RewindTo::LastTurns(1)).expect("rewind");
+        clean_fs.disarm();
+        clean.save(&again).expect("clean rewind");
+        clean_fs
+            .disarm()
+            .iter()
+            .position(|c| c.op == Op::SyncData)
+            .expect("an fdatasync")
+            + 1
+    };
+    // Persistent: taking the entry back fails too, so it stays.
+    fs.arm(k, Fault::Eio, Persistence::Persistent);
+    let err = store.save(&rewound).expect_err("the fdatasync failed");
+    fs.disarm();
+    assert!(matches!(err, Error::NotDurable { .. }), "{err}");
+    // The caller goes on from what it saved (the entry is in the journal).
+    let next = appended(&rewound.with_revision(Revision::from_u64(4)), "third", 200);
+    store.save(&next).expect("the next save");
+    let listed = store.list().expect("list");
+    assert_eq!(listed.sessions.len(), 1);
+    assert_eq!(listed.sessions[0].history.rewinds, 1, "{listed:?}");
+    assert_eq!(store.load(&id).expect("load").history_stats().rewinds, 1);
+}
+
+/// A view checkpoint holds messages: one a rewrite could not remove (its rename not yet
+/// durable, so the old base may come back and the view with it) goes with the next
+/// append, which empties the old base's journal too.
+#[test]
+fn a_view_left_by_a_rewrite_whose_rename_was_not_durable_goes_with_the_next_append() {
+    let id = SessionId::parse(ID).expect("valid id");
+    // Where the rewrite's directory fsync after its rename is, from a clean run.
+    let k = {
+        let (_scratch, base) = scratch_dir();
+        let fs = Arc::new(FaultyFileSystem::default());
+        let store = compacted_with_view(&base.join("store"), &fs);
+        let stored = store.load(&id).expect("load").revision().as_u64();
+        fs.disarm();
+        store
+            .save(&snapshot_on(&id, stored, "another session", 400))
+            .expect("clean rewrite");
+        let calls = fs.disarm();
+        let renamed = calls
+            .iter()
+            .position(|c| c.op == Op::Rename)
+            .expect("a rename");
+        // Calls are counted from 1.
+        renamed
+            + 2
+            + calls[renamed + 1..]
+                .iter()
+                .position(|c| c.op == Op::SyncDir)
+                .expect("a directory fsync after it")
+    };
+    let (_scratch, base) = scratch_dir();
+    let dir = base.join("store");
+    let fs = Arc::new(FaultyFileSystem::default());
+    let store = compacted_with_view(&dir, &fs);
+    let view = dir.join(format!("{ID}.view"));
+    let stored = store.load(&id).expect("load").revision().as_u64();
+    fs.arm(k, Fault::Eio, Persistence::Once);
+    let err = store
+        .save(&snapshot_on(&id, stored, "another session", 400))
+        .expect_err("the directory fsync failed");
+    fs.disarm();
+    assert!(matches!(err, Error::NotDurable { .. }), "{err}");
+    assert!(view.exists(), "kept while the old base may come back");
+    let loaded = store.load(&id).expect("load the new session");
+    store
+        .save(&appended(&loaded, "next", 100))
+        .expect("the next append");
+    assert!(!view.exists(), "the old base's view outlived its journal");
 }
 
 #[test]
