@@ -99,7 +99,15 @@ fn documents() -> Vec<(String, Vec<u8>)> {
             Message::tool_result(ToolResult::new("c1", "ok")),
             Message::tool_result(ToolResult::error("c2", "bad")),
         ])
-        .usage(vec![Usage::new("m").with_tokens(1, 2)])
+        // Usage entries read directly (the same model twice), and one with an escape in
+        // its model name, read by serde_json.
+        .usage(vec![
+            Usage::new("m").with_tokens(1, 2),
+            Usage::new("m")
+                .with_cache_tokens(30, 4)
+                .with_cost(crate::Cost::from_nano_usd(u64::MAX)),
+            Usage::new("q\"m"),
+        ])
         .build()
         .expect("build");
     documents.push(("rich".to_owned(), rich.to_json().expect("encode")));
@@ -119,6 +127,16 @@ fn documents() -> Vec<(String, Vec<u8>)> {
                     1 => Message::assistant(vec![ContentBlock::text(format!("\u{1F600} {i} }}]"))]),
                     2 => Message::user(format!("line\n{i}\t\\")),
                     _ => Message::assistant(vec![ContentBlock::text("{".repeat(i % 7))]),
+                })
+                .collect(),
+        )
+        // Entries across window boundaries, of several models and sizes.
+        .usage(
+            (0..300_u64)
+                .map(|i| {
+                    Usage::new(["m", "model-\u{e9}", "x\\y"][(i % 3) as usize])
+                        .with_tokens(i * 1_000, i)
+                        .with_cache_tokens(i % 5, 0)
                 })
                 .collect(),
         )

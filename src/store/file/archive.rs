@@ -112,9 +112,9 @@ impl FileSessionStore {
             sync_dir()?;
         }
         // Without its snapshot a journal, summary, view or archive marker is never read;
-        // they are removed all the same (also those a delete cut short left behind). The marker
-        // goes last, so a failed delete leaves an archived session archived; one that a
-        // crash leaves behind is removed by the next first save under the id.
+        // they are removed all the same (also those a delete cut short left behind). The
+        // marker goes last, so a failed delete leaves an archived session archived; one
+        // that a crash leaves behind is removed by the next first save under the id.
         let mut removed_extra = false;
         for extra in [
             self.journal_path(id),

@@ -171,9 +171,9 @@ impl FileSessionStore {
             None if offset > 0 => {
                 self.forget(id);
                 return Err(Error::inconsistent(format!(
-                "the journal {} disappeared while session {id} was saved; load the session again",
-                path.display()
-            ))
+                    "the journal {} disappeared while session {id} was saved; load the session again",
+                    path.display()
+                ))
                 .at(&Location::file(path)));
             }
             None => match self.fs.create_private(path) {
