@@ -17,21 +17,10 @@ use agent_session::{
     Compaction, Durability, FileSessionStore, Message, Revision, RewindTo, SessionId,
     SessionSnapshot, SessionStore, SessionStoreExt,
 };
-use journal_support::{appended, built, files, frames};
+use journal_support::{appended, built, files, frames, open, store_dir};
 
 /// The size of a turn (three messages).
 const TURN: usize = 2_700;
-
-fn store_dir() -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().expect("create a temporary directory");
-    let dir = tmp.path().join("sessions");
-    FileSessionStore::open(&dir).expect("create the store");
-    (tmp, dir)
-}
-
-fn open(dir: &Path) -> FileSessionStore {
-    FileSessionStore::open(dir).expect("open the store")
-}
 
 fn view_path(dir: &Path, id: &SessionId) -> PathBuf {
     dir.join(format!("{id}.view"))

@@ -10,7 +10,7 @@ mod journal_support;
 
 use std::fs;
 use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -22,8 +22,8 @@ use agent_session::{
 };
 use common::{sid, Calculator, RequestLog, ToolThenAnswerEngine};
 use journal_support::{
-    appended, built, bytes_or_empty, files, filler, frame, frames, inode, len_or_zero, turn,
-    turn_usage, write_private, Frame, MODEL,
+    appended, built, bytes_or_empty, files, filler, frame, frames, inode, len_or_zero, open,
+    store_dir, turn, turn_usage, write_private, Frame, MODEL,
 };
 use serde_json::{json, Value};
 
@@ -36,19 +36,6 @@ const SMALL: usize = 450;
 const RECORD_OVERHEAD: u64 = 1_024;
 /// What the header frame of a new journal takes.
 const HEADER_ALLOWANCE: u64 = 512;
-
-/// A store directory inside a fresh temporary directory (kept alive by the guard). The
-/// parent is on the same file system, for files "outside the store".
-fn store_dir() -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().expect("create a temporary directory");
-    let dir = tmp.path().join("sessions");
-    FileSessionStore::open(&dir).expect("create the store");
-    (tmp, dir)
-}
-
-fn open(dir: &Path) -> FileSessionStore {
-    FileSessionStore::open(dir).expect("open the store")
-}
 
 fn open_buffered(dir: &Path) -> FileSessionStore {
     FileSessionStore::builder()

@@ -44,7 +44,9 @@ const MESSAGE_SEAM: &[u8] = b"},{\"role\":";
 /// How many bytes must follow a value in the window before it is taken as whole: a number
 /// cut by the window's end would parse as a shorter number.
 const SLACK: usize = 64;
-/// What the window holds at least before a usage entry is read directly.
+/// What the window holds at least before a usage entry is read directly: room for one
+/// with a model name of a few hundred bytes (a longer one is read by `serde_json`, which
+/// reads on until it has it whole).
 const USAGE_ENTRY_ROOM: usize = 512;
 
 /// Why a window could not go on.
@@ -243,6 +245,24 @@ impl<R: Read> Window<'_, R> {
 
     /// A JSON array of objects, each decoded as a `T`.
     fn list<T: DeserializeOwned>(&mut self) -> Result<Vec<T>, Stop> {
+        self.list_with(|_, _| None, SLACK)
+    }
+
+    /// The usage entries: as [`list`](Self::list), but each entry in the form the crate
+    /// writes is read directly (see `usage_list.rs`), and only others by `serde_json`.
+    fn usage(&mut self) -> Result<Vec<Usage>, Stop> {
+        self.list_with(usage_list::entry, USAGE_ENTRY_ROOM)
+    }
+
+    /// [`list`](Self::list), each item read by `direct` (from the window's bytes at the
+    /// item, and the item before it) when it can, with at least `room` bytes in the
+    /// window; by `serde_json` otherwise. `direct` must answer `None` for an item cut by
+    /// the window's end (it then reads on).
+    fn list_with<T: DeserializeOwned>(
+        &mut self,
+        mut direct: impl FnMut(&[u8], Option<&T>) -> Option<(T, usize)>,
+        room: usize,
+    ) -> Result<Vec<T>, Stop> {
         self.skip_whitespace()?;
         self.expect(b'[')?;
         let mut items = Vec::new();
@@ -252,35 +272,8 @@ impl<R: Read> Window<'_, R> {
             return Ok(items);
         }
         loop {
-            let ObjectOnly(item) = self.value()?;
-            items.push(item);
-            self.skip_whitespace()?;
-            match self.next_byte()? {
-                Some(b',') => {}
-                Some(b']') => return Ok(items),
-                _ => return Err(Stop::Fallback),
-            }
-        }
-    }
-
-    /// The usage entries: as [`list`](Self::list), but each entry in the form the crate
-    /// writes is read directly (see `usage_list.rs`), and only others by `serde_json`.
-    fn usage(&mut self) -> Result<Vec<Usage>, Stop> {
-        self.skip_whitespace()?;
-        self.expect(b'[')?;
-        let mut items: Vec<Usage> = Vec::new();
-        self.skip_whitespace()?;
-        if self.peek()? == Some(b']') {
-            self.pos += 1;
-            return Ok(items);
-        }
-        loop {
-            // Room for an entry with a model name of a few hundred bytes; a longer one is
-            // read by `value`, which reads on until it has it whole.
-            self.fill(USAGE_ENTRY_ROOM)?;
-            let item = if let Some((item, used)) =
-                usage_list::entry(&self.buf[self.pos..], items.last())
-            {
+            self.fill(room)?;
+            let item = if let Some((item, used)) = direct(&self.buf[self.pos..], items.last()) {
                 self.pos += used;
                 item
             } else {

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use agent_session::{
-    ContentBlock, Cost, Error, Message, Revision, SessionId, SessionList, SessionSnapshot,
-    SessionStore, ToolCall, ToolResult, Usage,
+    ContentBlock, Cost, Error, FileSessionStore, Message, Revision, SessionId, SessionList,
+    SessionSnapshot, SessionStore, ToolCall, ToolResult, Usage,
 };
 use serde_json::{json, Value};
 
@@ -30,6 +30,21 @@ pub struct Files {
     pub journal: PathBuf,
     /// `<id>.summary`.
     pub summary: PathBuf,
+}
+
+/// A store directory inside a fresh temporary directory (kept alive by the guard), the
+/// store created in it. The parent is on the same file system, for files "outside the
+/// store".
+pub fn store_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("create a temporary directory");
+    let dir = tmp.path().join("sessions");
+    FileSessionStore::open(&dir).expect("create the store");
+    (tmp, dir)
+}
+
+/// The file store in `dir`.
+pub fn open(dir: &Path) -> FileSessionStore {
+    FileSessionStore::open(dir).expect("open the store")
 }
 
 /// The files of session `id` in the store directory `dir`.

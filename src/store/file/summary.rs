@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::MutexGuard;
 
 use chrono::{DateTime, Utc};
@@ -211,9 +212,16 @@ impl FileSessionStore {
     ) {
         let path = self.summary_path(snapshot.id());
         let bytes = encode(snapshot, revision, stats, &self.indexed, (base, journal));
-        let file = match self.open_checked(&path, true) {
+        self.overwrite_cache(&path, &bytes);
+    }
+
+    /// Writes `bytes` over the cache file at `path` (the summary, a view checkpoint) in
+    /// place, creating it (0600) if there is none. Best effort and never fsynced: a cache
+    /// names the files it describes, so one left half written or stale is not used.
+    pub(super) fn overwrite_cache(&self, path: &Path, bytes: &[u8]) {
+        let file = match self.open_checked(path, true) {
             Ok(Some((file, _))) => file,
-            Ok(None) => match self.fs.create_private(&path) {
+            Ok(None) => match self.fs.create_private(path) {
                 Ok(file) => file,
                 Err(_) => return,
             },
@@ -221,7 +229,7 @@ impl FileSessionStore {
         };
         let _ = self
             .fs
-            .write_all_at(&file, &bytes, 0)
+            .write_all_at(&file, bytes, 0)
             .and_then(|()| self.fs.set_len(&file, bytes.len() as u64));
     }
 

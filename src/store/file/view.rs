@@ -133,21 +133,9 @@ impl FileSessionStore {
                 .saturating_add(appended.offset + appended.written.len() as u64);
             ((bytes.len() as u64).saturating_mul(2) <= log_bytes).then_some(bytes)
         });
-        let Some(bytes) = written else {
-            return;
-        };
-        let file = match self.open_checked(&path, true) {
-            Ok(Some((file, _))) => file,
-            Ok(None) => match self.fs.create_private(&path) {
-                Ok(file) => file,
-                Err(_) => return,
-            },
-            Err(_) => return,
-        };
-        let _ = self
-            .fs
-            .write_all_at(&file, &bytes, 0)
-            .and_then(|()| self.fs.set_len(&file, bytes.len() as u64));
+        if let Some(bytes) = written {
+            self.overwrite_cache(&path, &bytes);
+        }
     }
 
     /// The session `id` from its view checkpoint and the journal's entries after it, and

@@ -2934,16 +2934,17 @@ fn compacted_with_view(dir: &Path, fs: &Arc<FaultyFileSystem>) -> FileSessionSto
     store
 }
 
-/// A rewind whose `fdatasync` failed stays in the journal (its save says it may not be
-/// durable); the next save writes the journal again with it, and what that save records
-/// of the history (the listing summary's counts) counts the rewind.
-#[test]
-fn a_rewind_whose_fsync_failed_is_counted_by_the_next_save() {
-    use crate::store::SessionStore as _;
-    let (_scratch, base) = scratch_dir();
-    let dir = base.join("store");
+/// A store in a fresh scratch directory through its own faulty file system, holding a
+/// session saved and given two turns, and that session rewound by one turn (not saved).
+fn with_a_rewind() -> (
+    tempfile::TempDir,
+    Arc<FaultyFileSystem>,
+    FileSessionStore,
+    SessionSnapshot,
+) {
+    let (scratch, base) = scratch_dir();
     let fs = Arc::new(FaultyFileSystem::default());
-    let store = open_faulty(&dir, &fs).expect("open");
+    let store = open_faulty(&base.join("store"), &fs).expect("open");
     let id = SessionId::parse(ID).expect("valid id");
     store.save(&snapshot_on(&id, 0, "base", 300)).expect("save");
     for turn in ["first", "second"] {
@@ -2952,30 +2953,28 @@ fn a_rewind_whose_fsync_failed_is_counted_by_the_next_save() {
     }
     let mut rewound = store.load(&id).expect("load");
     rewound.rewind(RewindTo::LastTurns(1)).expect("rewind");
-    // The rewind's append, failing at its `fdatasync`.
     fs.disarm();
+    (scratch, fs, store, rewound)
+}
+
+/// A rewind whose `fdatasync` failed stays in the journal (its save says it may not be
+/// durable); the next save writes the journal again with it, and what that save records
+/// of the history (the listing summary's counts) counts the rewind.
+#[test]
+fn a_rewind_whose_fsync_failed_is_counted_by_the_next_save() {
+    use crate::store::SessionStore as _;
+    // Where the rewind's `fdatasync` is, from a clean run (calls are counted from 1).
     let k = {
-        let (_scratch, base) = scratch_dir();
-        let dir = base.join("store");
-        let clean_fs = Arc::new(FaultyFileSystem::default());
-        let clean = open_faulty(&dir, &clean_fs).expect("open");
-        clean.save(&snapshot_on(&id, 0, "base", 300)).expect("save");
-        for turn in ["first", "second"] {
-            let loaded = clean.load(&id).expect("load");
-            clean.save(&appended(&loaded, turn, 200)).expect("append");
-        }
-        let mut again = clean.load(&id).expect("load");
-        again.rewind(RewindTo::LastTurns(1)).expect("rewind");
-        clean_fs.disarm();
-        clean.save(&again).expect("clean rewind");
-        clean_fs
-            .disarm()
+        let (_scratch, fs, store, rewound) = with_a_rewind();
+        store.save(&rewound).expect("clean rewind");
+        fs.disarm()
             .iter()
             .position(|c| c.op == Op::SyncData)
             .expect("an fdatasync")
             + 1
     };
-    // Persistent: taking the entry back fails too, so it stays.
+    let (_scratch, fs, store, rewound) = with_a_rewind();
+    let id = rewound.id().clone();
     fs.arm(k, Fault::Eio, Persistence::Persistent);
     let err = store.save(&rewound).expect_err("the fdatasync failed");
     fs.disarm();
