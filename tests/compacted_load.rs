@@ -1,9 +1,10 @@
 //! A compacted session loads from its view checkpoint (`<id>.view`): the state its
 //! compaction left, beside the base and the journal, so a load reads that and the journal's
 //! entries after the compaction, not the history the compaction replaced. The view is a
-//! cache: every load gives exactly what the whole log gives, whatever happened to the view
-//! file or to the log since it was written. Public API only; the tests look at (and tamper
-//! with) the files in the store directory.
+//! cache: a load gives exactly what the whole log gives, whatever happened to the view file
+//! or to the files it names since it was written (damage to the history before the
+//! compaction is the exception: the view does not read it, so `history` reports it).
+//! Public API only; the tests look at (and tamper with) the files in the store directory.
 
 mod common;
 #[path = "common/journal.rs"]

@@ -3,11 +3,12 @@
 //! history the compaction replaced), only this file and the journal's entries after it.
 //!
 //! It is a cache, like the listing summary: written without fsync after the compaction's
-//! entry is durable, never needed to load, and trusted only while it provably describes
-//! the stored files: the base it was made beside (its `lstat` stamp), the journal's header
-//! frame and the compaction's frame at the offset it names. Anything else (missing,
-//! damaged, stale, unreadable) and the load reads the whole log instead, which is what
-//! decides. So a crash or a power loss at any point costs a slower load, never a state.
+//! entry (made durable first with `Durability::Sync`), never needed to load, and trusted
+//! only while it describes the stored files: the base it was made beside (its `lstat`
+//! stamp), the journal's header frame and the compaction's frame at the offset it names.
+//! Anything else (missing, damaged, stale, unreadable) and the load reads the whole log
+//! instead, which is what decides. So a crash or a power loss at any point costs a slower
+//! load, never a different state.
 
 use std::fs::{File, Metadata};
 use std::io::{Read, Seek, SeekFrom};
