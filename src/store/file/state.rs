@@ -152,13 +152,11 @@ impl FileSessionStore {
     pub(super) fn read(&self, id: &SessionId) -> Result<Option<SessionSnapshot>> {
         // A compacted session loads from its view checkpoint when that still describes
         // the stored files, without reading the history the compaction replaced.
-        if let Some((snapshot, known)) = self.read_from_view(id) {
-            if let Some(known) = known {
-                self.remember_unlocked_read(id, known);
-            }
-            return Ok(Some(snapshot));
-        }
-        Ok(self.read_state(id, false)?.map(|(snapshot, known)| {
+        let read = match self.read_from_view(id) {
+            Some(read) => Some(read),
+            None => self.read_state(id, false)?,
+        };
+        Ok(read.map(|(snapshot, known)| {
             if let Some(known) = known {
                 self.remember_unlocked_read(id, known);
             }

@@ -104,14 +104,36 @@ struct Encoded {
     journal: Option<Stamp>,
 }
 
-/// [`HistoryStats`] as a summary holds them.
-#[derive(Debug, Serialize, Deserialize)]
+/// [`HistoryStats`] as a summary (and a view checkpoint) holds them.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EncodedStats {
+pub(super) struct EncodedStats {
     oldest_revision: Revision,
     rewinds: u64,
     compactions: u64,
     restores: u64,
+}
+
+impl From<HistoryStats> for EncodedStats {
+    fn from(stats: HistoryStats) -> Self {
+        EncodedStats {
+            oldest_revision: stats.oldest_revision,
+            rewinds: stats.rewinds,
+            compactions: stats.compactions,
+            restores: stats.restores,
+        }
+    }
+}
+
+impl From<EncodedStats> for HistoryStats {
+    fn from(encoded: EncodedStats) -> Self {
+        HistoryStats {
+            oldest_revision: encoded.oldest_revision,
+            rewinds: encoded.rewinds,
+            compactions: encoded.compactions,
+            restores: encoded.restores,
+        }
+    }
 }
 
 /// The framed summary of `snapshot`, stored at `revision` as `base` plus `journal`, whose
@@ -138,12 +160,7 @@ pub(crate) fn encode(
         model: listed.model,
         cost: listed.cost,
         lineage: listed.lineage,
-        history: EncodedStats {
-            oldest_revision: stats.oldest_revision,
-            rewinds: stats.rewinds,
-            compactions: stats.compactions,
-            restores: stats.restores,
-        },
+        history: stats.into(),
         indexed: indexed.keys().to_vec(),
         metadata: listed.metadata,
         base,
@@ -188,12 +205,7 @@ pub(crate) fn decode(
         cost: encoded.cost,
         lineage: encoded.lineage,
         archived: false,
-        history: HistoryStats {
-            oldest_revision: encoded.history.oldest_revision,
-            rewinds: encoded.history.rewinds,
-            compactions: encoded.history.compactions,
-            restores: encoded.history.restores,
-        },
+        history: encoded.history.into(),
         metadata: encoded.metadata,
     })
 }

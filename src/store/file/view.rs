@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::journal::{self, JOURNAL_VERSION};
 use super::private_dir::is_private;
 use super::state::Known;
-use super::summary::Stamp;
+use super::summary::{EncodedStats, Stamp};
 use super::FileSessionStore;
 use crate::id::{Revision, SessionId};
 use crate::json::ObjectOnly;
@@ -52,38 +52,7 @@ struct ViewHeader {
     entry_at: u64,
     entry_frame: String,
     /// What the log holds beyond the state at `revision` (as the summary's `history`).
-    history: ViewHistory,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ViewHistory {
-    oldest_revision: Revision,
-    rewinds: u64,
-    compactions: u64,
-    restores: u64,
-}
-
-impl From<HistoryStats> for ViewHistory {
-    fn from(stats: HistoryStats) -> Self {
-        ViewHistory {
-            oldest_revision: stats.oldest_revision,
-            rewinds: stats.rewinds,
-            compactions: stats.compactions,
-            restores: stats.restores,
-        }
-    }
-}
-
-impl From<ViewHistory> for HistoryStats {
-    fn from(history: ViewHistory) -> Self {
-        HistoryStats {
-            oldest_revision: history.oldest_revision,
-            rewinds: history.rewinds,
-            compactions: history.compactions,
-            restores: history.restores,
-        }
-    }
+    history: EncodedStats,
 }
 
 /// The frame header line at the start of `bytes` (without its newline), if it is one.
