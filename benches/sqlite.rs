@@ -25,7 +25,10 @@
 //! - `load/sqlite/10000` and `load/file_store/10000`: the load of 10,000 messages saved
 //!   turn by turn, as an agent leaves them (a checkpoint of the first turn and one entry
 //!   per turn in both stores); `…_whole/10000`: the same messages saved at once (one
-//!   checkpoint). Target ≤ 1.2× the file store.
+//!   checkpoint). Target ≤ 1.2× the file store. `…_compacted/10000`: the session saved
+//!   turn by turn, then compacted to a view of about 200 messages (a summary and the last
+//!   turns): loaded from its view (issue 14's target, ≤ 10 % of the full load, there
+//!   measured on the file store).
 //!
 //! Shared, noisy machines: compare the ratios within a run, not times across runs.
 
@@ -48,7 +51,7 @@ mod sessions;
 #[allow(dead_code)] // the file-transcript helpers are for the other bench
 mod workload;
 
-use sessions::{snapshot, to_messages, turns_of, with_turn};
+use sessions::{compact_stored, snapshot, to_messages, turns_of, with_turn};
 
 const MESSAGES: usize = 10_000;
 const PAGE: usize = 50;
@@ -269,11 +272,15 @@ fn load(c: &mut Criterion) {
     let transcript = to_messages(&workload::transcript(MESSAGES));
     let id = SessionId::parse("bench").expect("id");
     let whole = SessionId::parse("whole").expect("id");
+    let compacted = SessionId::parse("compacted").expect("id");
     for store in [&sqlite as &dyn SessionStore, &file] {
         save_turn_by_turn(store, "bench", transcript.clone());
         store
             .save(&snapshot("whole", transcript.clone()))
             .expect("save");
+        save_turn_by_turn(store, "compacted", transcript.clone());
+        let view = compact_stored(store, "compacted");
+        eprintln!("load/…_compacted/{MESSAGES}: a view of {view} messages");
     }
     let mut group = c.benchmark_group("load");
     group
@@ -290,6 +297,12 @@ fn load(c: &mut Criterion) {
     });
     group.bench_function(BenchmarkId::new("file_store_whole", MESSAGES), |b| {
         b.iter(|| file.load(&whole).expect("load"));
+    });
+    group.bench_function(BenchmarkId::new("sqlite_compacted", MESSAGES), |b| {
+        b.iter(|| sqlite.load(&compacted).expect("load"));
+    });
+    group.bench_function(BenchmarkId::new("file_store_compacted", MESSAGES), |b| {
+        b.iter(|| file.load(&compacted).expect("load"));
     });
     group.finish();
 }

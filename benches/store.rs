@@ -152,7 +152,7 @@ mod sessions;
 #[path = "support/workload.rs"]
 mod workload;
 
-use sessions::{snapshot, to_messages, turns_of, with_turn};
+use sessions::{compact_stored, snapshot, to_messages, turns_of, with_turn, COMPACTED_VIEW};
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fs::{File, OpenOptions};
@@ -162,8 +162,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    AsyncSessionStore, Compaction, Durability, FileSessionStore, MemorySessionStore, Message,
-    Revision, RewindTo, Role, SessionId, SessionSnapshot, SessionStore,
+    AsyncSessionStore, Durability, FileSessionStore, MemorySessionStore, Message, Revision,
+    RewindTo, SessionId, SessionSnapshot, SessionStore,
 };
 use criterion::measurement::WallTime;
 use criterion::{
@@ -725,31 +725,6 @@ fn restore(c: &mut Criterion) {
         });
     }
     group.finish();
-}
-
-/// Messages in the view of the compacted sessions: a summary, then the last turns.
-const COMPACTED_VIEW: usize = 200;
-
-/// Compacts stored session `id` so that its view holds about [`COMPACTED_VIEW`] messages
-/// (one summary message, then every turn from the last one that leaves at least that
-/// many), saves it, and returns the view's length.
-fn compact_stored(store: &dyn SessionStore, id: &str) -> usize {
-    let id = SessionId::parse(id).expect("id");
-    let mut head = store.load(&id).expect("load");
-    let view = head.transcript();
-    let point = (0..=view.len() - (COMPACTED_VIEW - 1))
-        .rev()
-        .find(|&i| view[i].role == Role::User)
-        .expect("a turn starts early enough");
-    let summary = Message::user(format!(
-        "Summary of the first {point} messages: {}",
-        "the agent read, searched and changed the crate's files; ".repeat(16)
-    ));
-    head.compact(Compaction::new(point, vec![summary]))
-        .expect("compact at a turn's start");
-    let revision = store.save(&head).expect("save the compaction");
-    let compacted = head.with_revision(revision);
-    compacted.transcript().len()
 }
 
 fn compacted_load(c: &mut Criterion) {

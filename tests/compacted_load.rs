@@ -15,10 +15,12 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use agent_session::{
-    Compaction, Durability, FileSessionStore, Message, Revision, RewindTo, SessionId,
-    SessionSnapshot, SessionStore, SessionStoreExt,
+    Durability, FileSessionStore, Revision, RewindTo, SessionId, SessionSnapshot, SessionStore,
+    SessionStoreExt,
 };
-use journal_support::{appended, built, files, frames, open, store_dir};
+use journal_support::{
+    appended, built, compact, files, frames, open, save_turn_by_turn, store_dir,
+};
 
 /// The size of a turn (three messages).
 const TURN: usize = 2_700;
@@ -33,31 +35,7 @@ fn saved_turn_by_turn(dir: &Path, id: &SessionId, turns: usize) -> SessionSnapsh
         .durability(Durability::Buffered)
         .open(dir)
         .expect("open");
-    let mut head = built(id, 1, TURN);
-    let revision = store.save(&head).expect("first save");
-    head = head.with_revision(revision);
-    for i in 1..turns {
-        let next = appended(head, i, TURN);
-        let revision = store.save(&next).expect("save a turn");
-        head = next.with_revision(revision);
-    }
-    head
-}
-
-/// Compacts the stored session `id` down to its last `keep` turns and one summary message,
-/// and returns the saved state.
-fn compact(store: &FileSessionStore, id: &SessionId, keep: usize) -> SessionSnapshot {
-    let mut head = store.load(id).expect("load");
-    let point = head.compaction_point(keep).expect("a point to compact at");
-    head.compact(Compaction::new(
-        point,
-        vec![Message::user(format!(
-            "Summary of the first {point} messages."
-        ))],
-    ))
-    .expect("compact");
-    let revision = store.save(&head).expect("save the compaction");
-    head.with_revision(revision)
+    save_turn_by_turn(&store, id, turns, TURN)
 }
 
 /// What the whole log gives: a load from a fresh store with the view file set aside (and

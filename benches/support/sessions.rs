@@ -1,7 +1,7 @@
 //! Sessions of the benchmark workload, as every bench builds them: the workload's OpenAI
 //! chat messages, one usage entry per completion, turns appended the way a harness does.
 
-use agent_session::{Message, Role, SessionId, SessionSnapshot, Usage};
+use agent_session::{Compaction, Message, Role, SessionId, SessionSnapshot, SessionStore, Usage};
 use chrono::Utc;
 use serde_json::Value;
 
@@ -55,4 +55,29 @@ pub fn turns_of(transcript: Vec<Message>) -> Vec<Vec<Message>> {
         }
     }
     turns
+}
+
+/// Messages in the view of the compacted sessions: a summary, then the last turns.
+pub const COMPACTED_VIEW: usize = 200;
+
+/// Compacts stored session `id` so that its view holds about [`COMPACTED_VIEW`] messages
+/// (one summary message, then every turn from the last one that leaves at least that
+/// many), saves it, and returns the view's length.
+pub fn compact_stored(store: &dyn SessionStore, id: &str) -> usize {
+    let id = SessionId::parse(id).expect("id");
+    let mut head = store.load(&id).expect("load");
+    let view = head.transcript();
+    let point = (0..=view.len() - (COMPACTED_VIEW - 1))
+        .rev()
+        .find(|&i| view[i].role == Role::User)
+        .expect("a turn starts early enough");
+    let summary = Message::user(format!(
+        "Summary of the first {point} messages: {}",
+        "the agent read, searched and changed the crate's files; ".repeat(16)
+    ));
+    head.compact(Compaction::new(point, vec![summary]))
+        .expect("compact at a turn's start");
+    let revision = store.save(&head).expect("save the compaction");
+    let compacted = head.with_revision(revision);
+    compacted.transcript().len()
 }

@@ -285,6 +285,47 @@ impl<'a> LogSource<'a> {
         Ok(())
     }
 
+    /// The head state of a compacted log read from its view checkpoint: `view`, the state
+    /// the compaction entry `compaction` made (decoded from where a store keeps it), with
+    /// `entries` after that entry folded onto it, validated, history counts `stats` (the
+    /// log's at the compaction) advanced by each entry, and marked as stored at its
+    /// revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inconsistent`] if `view` is not the state `compaction` says it made (its
+    /// revision, time or lengths), or the entries need what the view does not hold (a
+    /// restore of a revision before the compaction): the caller reads the whole log then,
+    /// which decides.
+    pub(crate) fn state_after_view(
+        view: SessionSnapshot,
+        compaction: &EntryHead,
+        stats: HistoryStats,
+        entries: impl IntoIterator<Item = (EntryHead, &'a [u8])>,
+    ) -> Result<SessionSnapshot> {
+        if compaction.kind != EntryKind::Compaction
+            || view.revision != compaction.revision
+            || view.updated_at != compaction.updated_at
+            || view.counts() != compaction.state
+        {
+            return Err(Error::inconsistent(format!(
+                "the view checkpoint is not the state the compaction of revision {} made",
+                compaction.revision
+            )));
+        }
+        let mut log = LogSource::new(view);
+        let mut stats = stats;
+        for (head, body) in entries {
+            stats = stats.after(head.kind);
+            log.push_bytes(head, body)?;
+        }
+        let mut snapshot = log.state_at(None)?;
+        snapshot.history = stats;
+        let revision = snapshot.revision;
+        snapshot.mark_stored(revision);
+        Ok(snapshot)
+    }
+
     /// Adds a decoded entry.
     pub(crate) fn push(&mut self, entry: LogEntry) {
         self.heads.push(entry.head);

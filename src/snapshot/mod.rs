@@ -43,7 +43,7 @@ pub(crate) use compact::{compact_parts, compaction_point, CompactTarget};
 pub(crate) use delta::{Counts, Pending, Provenance};
 pub(crate) use entry::{
     decode_any_head, decode_body, decode_head, entry_of_record, intact_frame, parse_frame_header,
-    push_frame, split_entry, EntryHead, FRAME_HEADER_LEN,
+    push_frame, split_entry, EntryHead, FRAME_HEADER_LEN, FRAME_OVERHEAD,
 };
 pub use entry::{EntryKind, LogEntry};
 pub(crate) use fork::{shared_prefix_of, SharedPrefix, SHARED_DEPTH_BUDGET};

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use agent_session::{
-    ContentBlock, Cost, Error, FileSessionStore, Message, Revision, SessionId, SessionList,
-    SessionSnapshot, SessionStore, ToolCall, ToolResult, Usage,
+    Compaction, ContentBlock, Cost, Error, FileSessionStore, Message, Revision, SessionId,
+    SessionList, SessionSnapshot, SessionStore, ToolCall, ToolResult, Usage,
 };
 use serde_json::{json, Value};
 
@@ -327,4 +327,39 @@ impl<S: SessionStore> SessionStore for Recorder<S> {
     fn delete(&self, id: &SessionId) -> agent_session::Result<()> {
         self.inner.delete(id)
     }
+}
+
+/// Session `id` saved into `store` turn by turn: a first save of one turn, then `turns - 1`
+/// more, each appended to what the last save stored.
+pub fn save_turn_by_turn(
+    store: &dyn SessionStore,
+    id: &SessionId,
+    turns: usize,
+    size: usize,
+) -> SessionSnapshot {
+    let mut head = built(id, 1, size);
+    let revision = store.save(&head).expect("first save");
+    head = head.with_revision(revision);
+    for i in 1..turns {
+        let next = appended(head, i, size);
+        let revision = store.save(&next).expect("save a turn");
+        head = next.with_revision(revision);
+    }
+    head
+}
+
+/// Compacts the stored session `id` down to its last `keep` turns and one summary
+/// message, and returns the saved state.
+pub fn compact(store: &dyn SessionStore, id: &SessionId, keep: usize) -> SessionSnapshot {
+    let mut head = store.load(id).expect("load");
+    let point = head.compaction_point(keep).expect("a point to compact at");
+    head.compact(Compaction::new(
+        point,
+        vec![Message::user(format!(
+            "Summary of the first {point} messages."
+        ))],
+    ))
+    .expect("compact");
+    let revision = store.save(&head).expect("save the compaction");
+    head.with_revision(revision)
 }

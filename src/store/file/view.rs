@@ -135,30 +135,30 @@ impl FileSessionStore {
             .ok()??;
         let (tail, grown) = tail?;
         let checkpoint = SessionSnapshot::decode_unvalidated(state_bytes).ok()?;
-        // The state must be the one the compaction's entry says it made.
-        if checkpoint.id() != id
-            || checkpoint.revision() != header.revision
-            || checkpoint.updated_at() != tail.entry.updated_at
-            || checkpoint.counts() != tail.entry.state
-        {
+        if checkpoint.id() != id || checkpoint.revision() != header.revision {
             return None;
         }
         let frames = journal::split(&tail.bytes).ok()?;
-        let mut log = LogSource::new(checkpoint);
-        let mut stats = HistoryStats::from(header.history);
-        for (_, payload) in &frames.frames {
-            let (head, body) = split_entry(payload).ok()?;
-            let head = decode_head(head).ok()?;
-            stats = stats.after(head.kind);
-            log.push_bytes(head, body).ok()?;
-        }
-        // A restore of a revision before the view, or anything else the state at the view
-        // does not account for, fails here: the whole log decides then.
-        let mut snapshot = log.state_at(None).ok()?;
-        let counts = snapshot.counts();
-        snapshot.set_history_stats(stats);
-        let revision = snapshot.revision();
-        snapshot.mark_stored(revision);
+        let entries = frames
+            .frames
+            .iter()
+            .map(|(_, payload)| {
+                let (head, body) = split_entry(payload)?;
+                Ok((decode_head(head)?, body))
+            })
+            .collect::<crate::Result<Vec<_>>>()
+            .ok()?;
+        // A state other than the compaction's, a restore of a revision before the view, or
+        // anything else the state at the view does not account for fails here: the whole
+        // log decides then.
+        let snapshot =
+            LogSource::state_after_view(checkpoint, &tail.entry, header.history.into(), entries)
+                .ok()?;
+        let (counts, stats, revision) = (
+            snapshot.counts(),
+            snapshot.history_stats(),
+            snapshot.revision(),
+        );
         let known = (!grown).then(|| Known {
             base: header.base,
             journal: Some(Stamp::of(&journal_meta)),

@@ -34,6 +34,7 @@ impl SqliteSessionStore {
     fn remove(&self, conn: &Connection, id: &SessionId) -> Result<()> {
         self.materialize_forks_of(conn, id, None)?;
         self.forget_words(conn, id)?;
+        self.drop_view(conn, id)?;
         let fail = |e| self.db.fail("delete a session", e);
         conn.prepare_cached("DELETE FROM entries WHERE session_id = ?1")
             .and_then(|mut s| s.execute([id.as_str()]))
@@ -90,6 +91,7 @@ impl SqliteSessionStore {
         let size: Option<i64> = self.db.read(|tx| {
             tx.prepare_cached(
                 "SELECT coalesce(length(c.checkpoint), 0) + length(s.summary) + s.entry_bytes
+                        + coalesce((SELECT length(view) FROM views WHERE session_id = s.id), 0)
                  FROM sessions s LEFT JOIN checkpoints c ON c.session_id = s.id WHERE s.id = ?1",
             )
             .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
@@ -160,6 +162,12 @@ impl SqliteSessionStore {
                     ])
                     .map_err(fail)?;
             }
+            self.trim_view(
+                tx,
+                id,
+                oldest,
+                trimmed.entries.iter().map(|e| (e.revision(), e.kind())),
+            )?;
             // The index follows the log: the new checkpoint's words and the kept entries'.
             self.forget_words(tx, id)?;
             let checkpoint_words = words_of(trimmed.checkpoint.transcript());

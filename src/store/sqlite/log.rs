@@ -10,11 +10,34 @@ use super::SqliteSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::{
-    decode_head, intact_frame, shared_prefix_of, split_entry, LogSource, SessionSnapshot,
-    SHARED_DEPTH_BUDGET,
+    decode_head, intact_frame, shared_prefix_of, split_entry, EntryHead, LogSource,
+    SessionSnapshot, SHARED_DEPTH_BUDGET,
 };
 use crate::store::check_stored_id;
 use crate::telemetry;
+
+/// The head and body bytes of the entry stored in the `entries` row of `revision`.
+///
+/// # Errors
+///
+/// [`Error::Inconsistent`] if its frame is damaged or followed by other bytes, or it is
+/// another revision's; decoding errors of its head.
+pub(super) fn entry_of_row(revision: Revision, bytes: &[u8]) -> Result<(EntryHead, &[u8])> {
+    let (payload, used) =
+        intact_frame(bytes).ok_or_else(|| Error::inconsistent("an entry's frame is damaged"))?;
+    if used != bytes.len() {
+        return Err(Error::inconsistent("an entry has bytes after its frame"));
+    }
+    let (head, body) = split_entry(payload)?;
+    let head = decode_head(head)?;
+    if head.revision != revision {
+        return Err(Error::inconsistent(format!(
+            "the entry stored as revision {revision} is revision {}",
+            head.revision
+        )));
+    }
+    Ok((head, body))
+}
 
 /// The parent (id and revision) whose first messages a checkpoint leaves out.
 pub(super) type SharedParent = Option<(SessionId, Revision)>;
@@ -180,22 +203,8 @@ impl SqliteSessionStore {
         }
         let at_entries = |e: Error| e.at(&entries_location);
         for (revision, range) in &stored.entries {
-            let bytes = &stored.entry_bytes[range.clone()];
-            let (payload, used) = intact_frame(bytes)
-                .ok_or_else(|| at_entries(Error::inconsistent("an entry's frame is damaged")))?;
-            if used != bytes.len() {
-                return Err(at_entries(Error::inconsistent(
-                    "an entry has bytes after its frame",
-                )));
-            }
-            let (head, body) = split_entry(payload).map_err(at_entries)?;
-            let head = decode_head(head).map_err(at_entries)?;
-            if head.revision != *revision {
-                return Err(at_entries(Error::inconsistent(format!(
-                    "the entry stored as revision {revision} is revision {}",
-                    head.revision
-                ))));
-            }
+            let (head, body) =
+                entry_of_row(*revision, &stored.entry_bytes[range.clone()]).map_err(at_entries)?;
             log.push_bytes(head, body).map_err(at_entries)?;
         }
         let last = log.last_revision();

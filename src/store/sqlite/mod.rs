@@ -5,7 +5,8 @@
 //! SQLite opens them), `db` (connections, read and write transactions, SQLite's errors
 //! as the crate's), `schema` (tables, version, migration), `rows` (the row's columns:
 //! summary JSON, times, lengths, cursors), `log` (a session's log read and folded, forks
-//! sharing their parent's messages), `save`, `listing`, `lifecycle` (delete, archive,
+//! sharing their parent's messages), `view` (a compacted session's state, so its load
+//! skips what the compaction replaced), `save`, `listing`, `lifecycle` (delete, archive,
 //! measure, trim) and `lease`.
 
 use std::fmt;
@@ -22,6 +23,7 @@ mod rows;
 mod save;
 mod schema;
 mod search;
+mod view;
 
 use self::db::Db;
 use crate::error::{Error, Result};
@@ -78,6 +80,11 @@ const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 ///   (a consistent state, never waiting for writers), and decodes and validates them as
 ///   strictly as the other stores (size limits, schema version, embedded id, the entries'
 ///   frames, checksums and revisions); damage is a corrupt-kind error naming the row.
+///   A compacted session loads from the state its compaction made (its row in `views`,
+///   written in the compaction's transaction) and the entries from the compaction on,
+///   without reading the history the compaction replaced; [`history`](SessionStore::history),
+///   [`load_at`](SessionStore::load_at) and [`revisions`](SessionStore::revisions) read
+///   everything, and so are what report damage to that history.
 /// - Listings read the summary column only. [`list_page`](SessionStore::list_page) reads
 ///   one page from the index on `(archived, updated_ns DESC, id DESC)` (keyset
 ///   pagination); [`list_page_filtered`](SessionStore::list_page_filtered) walks the same
@@ -324,12 +331,17 @@ impl SessionStore for SqliteSessionStore {
 
     fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
         telemetry::store_op("load", "sqlite", Some(id)).run(|| {
-            let mut snapshot = self
-                .db
-                .read(|tx| self.with_log(tx, id, SHARED_DEPTH_BUDGET, |log| log.state_at(None)))?;
-            let revision = snapshot.revision();
-            snapshot.mark_stored(revision);
-            Ok(snapshot)
+            self.db.read(|tx| {
+                // A compacted session from its view row, when that describes its log.
+                if let Some(snapshot) = self.load_from_view(tx, id)? {
+                    return Ok(snapshot);
+                }
+                let mut snapshot =
+                    self.with_log(tx, id, SHARED_DEPTH_BUDGET, |log| log.state_at(None))?;
+                let revision = snapshot.revision();
+                snapshot.mark_stored(revision);
+                Ok(snapshot)
+            })
         })
     }
 

@@ -11,6 +11,7 @@ use super::rows::{
     to_i64,
 };
 use super::search::words_of;
+use super::view::Compacted;
 use super::{lease, SqliteSessionStore};
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
@@ -166,7 +167,7 @@ impl SqliteSessionStore {
         stats: HistoryStats,
     ) -> Result<Revision> {
         let id = snapshot.id();
-        let (words, entry) = (&entry.words, &entry.bytes);
+        let (words, kind, entry) = (&entry.words, entry.kind, &entry.bytes);
         let revision = stored.revision.next();
         let total = u64::try_from(stored.entry_bytes)
             .unwrap_or(0)
@@ -203,6 +204,21 @@ impl SqliteSessionStore {
         .map_err(fail)?;
         self.index_words(conn, id, revision, words)?;
         telemetry::wrote((entry.len() + summary.len()) as u64);
+        if kind == EntryKind::Compaction
+            && stored.shares_parent.is_none()
+            && snapshot.share().is_none()
+        {
+            self.write_view(
+                conn,
+                &Compacted {
+                    snapshot,
+                    revision,
+                    checkpoint_revision: stored.checkpoint_revision,
+                    entry_bytes: total,
+                    stats,
+                },
+            )?;
+        }
         Ok(revision)
     }
 
@@ -244,6 +260,7 @@ impl SqliteSessionStore {
         conn.prepare_cached("DELETE FROM entries WHERE session_id = ?1")
             .and_then(|mut s| s.execute([id.as_str()]))
             .map_err(fail)?;
+        self.drop_view(conn, id)?;
         // The checkpoint holds every message of the history now (a shared prefix too: a
         // fork's search finds what it shares).
         self.forget_words(conn, id)?;

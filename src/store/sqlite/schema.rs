@@ -5,12 +5,14 @@ use rusqlite::{OptionalExtension, Transaction};
 
 use super::db::Db;
 use super::search;
+use super::view;
 use crate::error::{Error, Result};
 
 /// The version of the tables this release makes and reads, recorded in `store_version`:
 /// 1 the sessions, their logs and leases; 2 adds search (`search_rows`, `search_words`,
-/// `unindexed`); 3 adds `search_pending` (words batched into the index).
-pub(super) const TABLES_VERSION: i64 = 3;
+/// `unindexed`); 3 adds `search_pending` (words batched into the index); 4 adds `views`
+/// (compacted sessions' view checkpoints).
+pub(super) const TABLES_VERSION: i64 = 4;
 
 /// The tables of version 1. Every table is `STRICT`, so a value of the wrong type is
 /// refused when written rather than met when read. The checkpoint's bytes have a table
@@ -102,6 +104,12 @@ pub(super) fn migrate(db: &Db) -> Result<()> {
             // version 2 are all in the index already.
             tx.execute_batch(search::CREATE_PENDING_TABLE)
                 .map_err(|e| db.fail("create the table of pending words", e))?;
+        }
+        if from < 4 {
+            // Version 4: view checkpoints. Sessions compacted before have none until their
+            // next compaction; they load from the whole log as before.
+            tx.execute_batch(view::CREATE_TABLE)
+                .map_err(|e| db.fail("create the table of view checkpoints", e))?;
         }
         tx.execute(
             "INSERT INTO store_version (version) VALUES (?1)",
