@@ -39,8 +39,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Durability, FileSessionStore, ListCursor, Message, SessionId, SessionSnapshot, SessionStore,
-    SqliteSessionStore,
+    Durability, FileSessionStore, ListCursor, SessionId, SessionStore, SqliteSessionStore,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 
@@ -51,7 +50,7 @@ mod sessions;
 #[allow(dead_code)] // the file-transcript helpers are for the other bench
 mod workload;
 
-use sessions::{compact_stored, snapshot, to_messages, turns_of, with_turn};
+use sessions::{compact_stored, save_turn_by_turn, snapshot, to_messages, with_turn};
 
 const MESSAGES: usize = 10_000;
 const PAGE: usize = 50;
@@ -62,24 +61,6 @@ fn list_sessions() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(LIST_SESSIONS)
-}
-
-/// Saves session `id` into `store` turn by turn, as an agent does; returns it as stored.
-fn save_turn_by_turn(
-    store: &dyn SessionStore,
-    id: &str,
-    transcript: Vec<Message>,
-) -> SessionSnapshot {
-    let mut turns = turns_of(transcript).into_iter();
-    let first = snapshot(id, turns.next().unwrap_or_default());
-    store.save(&first).expect("save the first turn");
-    let mut current = store.load(first.id()).expect("load the first turn");
-    for turn in turns {
-        current = with_turn(current, turn);
-        let revision = store.save(&current).expect("save a turn");
-        current = current.stored_at(revision);
-    }
-    current
 }
 
 fn private_dir(root: &Path, name: &str) -> std::path::PathBuf {

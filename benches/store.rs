@@ -152,7 +152,9 @@ mod sessions;
 #[path = "support/workload.rs"]
 mod workload;
 
-use sessions::{compact_stored, snapshot, to_messages, turns_of, with_turn, COMPACTED_VIEW};
+use sessions::{
+    compact_stored, save_turn_by_turn, snapshot, to_messages, with_turn, COMPACTED_VIEW,
+};
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fs::{File, OpenOptions};
@@ -223,23 +225,12 @@ fn list_configs() -> Vec<(usize, usize)> {
 /// Saves session `id` of `transcript` into the store in `dir` as an agent does: its first
 /// turn saved new (the base), then every later turn appended and saved (the journal).
 /// Buffered, to build it quickly: the files are the same as with `Durability::Sync`.
-fn save_turn_by_turn(dir: &Path, id: &str, transcript: Vec<Message>) -> SessionSnapshot {
+fn save_turn_by_turn_in(dir: &Path, id: &str, transcript: Vec<Message>) -> SessionSnapshot {
     let store = FileSessionStore::builder()
         .durability(Durability::Buffered)
         .open(dir)
         .expect("open store");
-    let mut turns = turns_of(transcript).into_iter();
-    let first = snapshot(id, turns.next().unwrap_or_default());
-    store.save(&first).expect("save the first turn");
-    // Loaded, as a harness resumes it: a built snapshot does not know what is stored, so
-    // saving it again would append it whole.
-    let mut current = store.load(first.id()).expect("load the first turn");
-    for turn in turns {
-        current = with_turn(current, turn);
-        let revision = store.save(&current).expect("save a turn");
-        current = current.with_revision(revision);
-    }
-    current
+    save_turn_by_turn(&store, id, transcript)
 }
 
 /// How many bytes the store holds of session `id` (for the file store, `<id>.json` +
@@ -401,7 +392,7 @@ fn load(c: &mut Criterion) {
         });
         // The same messages saved turn by turn, as an agent leaves them: a base of the
         // first turn and a journal entry for every later one.
-        let appended = save_turn_by_turn(dir.path(), "appended", snapshot.transcript().to_vec());
+        let appended = save_turn_by_turn_in(dir.path(), "appended", snapshot.transcript().to_vec());
         assert_eq!(appended.transcript(), snapshot.transcript());
         group.throughput(Throughput::Bytes(stored_bytes(&store, appended.id())));
         settle();
@@ -747,7 +738,7 @@ fn compacted_load(c: &mut Criterion) {
         .save(&snapshot("compacted", messages.clone()))
         .expect("save");
     let view = compact_stored(&store, "compacted");
-    save_turn_by_turn(dir.path(), "compacted_turns", messages);
+    save_turn_by_turn_in(dir.path(), "compacted_turns", messages);
     assert_eq!(compact_stored(&store, "compacted_turns"), view);
     eprintln!("compacted_load/{n}: views of {view} messages");
     settle();
@@ -945,7 +936,8 @@ criterion_group! {
 criterion_group! {
     name = postgres_benches;
     config = config();
-    targets = postgres::save, postgres::load, postgres::append_turn, postgres::list
+    targets = postgres::save, postgres::load, postgres::append_turn, postgres::compacted_load,
+        postgres::list
 }
 
 fn main() {

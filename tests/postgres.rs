@@ -2072,7 +2072,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["5"]
+            ["6"]
         );
         let loaded = store.load(first.id()).expect("load after the upgrade");
         assert_eq!(loaded.transcript(), first.transcript());
@@ -2261,7 +2261,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["5"]
+            ["6"]
         );
         let request = agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process(
             "after the upgrade",

@@ -53,8 +53,9 @@ use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::{
-    build_list_store, delete_if_stored, file_transcript, first_saves, snapshot, to_messages,
-    wire_transcript, wire_turn, with_turn, TurnFeeder, HEAVY_MESSAGES,
+    build_list_store, compact_stored, delete_if_stored, file_transcript, first_saves,
+    save_turn_by_turn, snapshot, to_messages, wire_transcript, wire_turn, with_turn, TurnFeeder,
+    COMPACTED_VIEW, HEAVY_MESSAGES,
 };
 
 /// The variable naming the server: a libpq key-value string or a `postgresql://` URL.
@@ -537,6 +538,41 @@ pub fn load(c: &mut Criterion) {
                 floor
             });
             b.iter(|| floor.load());
+        });
+    }
+    group.finish();
+}
+
+/// `postgres_compacted_load/<store>_full/10000`: the load of 10,000 messages saved turn by
+/// turn; `…_compacted/10000`: the same, compacted to a view of about 200 messages, loaded
+/// from its view (issue 14: ≤ 10 % of the full load).
+pub fn compacted_load(c: &mut Criterion) {
+    let Some(n) = sizes()
+        .into_iter()
+        .max()
+        .filter(|&n| n >= 2 * COMPACTED_VIEW)
+    else {
+        return;
+    };
+    if url().is_none() {
+        return;
+    }
+    let mut group = c.benchmark_group("postgres_compacted_load");
+    pace(&mut group, true);
+    let messages = to_messages(&wire_transcript(n));
+    let case = server().store("compacted");
+    let store: &dyn SessionStore = &case.store;
+    save_turn_by_turn(store, "full", messages.clone());
+    save_turn_by_turn(store, "compacted", messages);
+    let view = compact_stored(store, "compacted");
+    eprintln!("postgres_compacted_load/{n}: a view of {view} messages");
+    for (function, id) in [
+        ("postgres_store_full", "full"),
+        ("postgres_store_compacted", "compacted"),
+    ] {
+        let id = agent_session::SessionId::parse(id).expect("id");
+        group.bench_function(BenchmarkId::new(function, n), |b| {
+            b.iter(|| store.load(&id).expect("load"));
         });
     }
     group.finish();

@@ -81,3 +81,23 @@ pub fn compact_stored(store: &dyn SessionStore, id: &str) -> usize {
     let compacted = head.with_revision(revision);
     compacted.transcript().len()
 }
+
+/// Saves session `id` into `store` turn by turn, as an agent does; returns it as stored.
+pub fn save_turn_by_turn(
+    store: &dyn SessionStore,
+    id: &str,
+    transcript: Vec<Message>,
+) -> SessionSnapshot {
+    let mut turns = turns_of(transcript).into_iter();
+    let first = snapshot(id, turns.next().unwrap_or_default());
+    store.save(&first).expect("save the first turn");
+    // Loaded, as a harness resumes it: a built snapshot does not know what is stored, so
+    // saving it again would append it whole.
+    let mut current = store.load(first.id()).expect("load the first turn");
+    for turn in turns {
+        current = with_turn(current, turn);
+        let revision = store.save(&current).expect("save a turn");
+        current = current.stored_at(revision);
+    }
+    current
+}

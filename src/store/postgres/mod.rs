@@ -15,6 +15,7 @@ use tokio_postgres::error::SqlState;
 mod lease;
 mod search;
 mod tls;
+mod view;
 
 use self::lease::{LEASE_COLUMNS, NOW_NS};
 use self::tls::TlsSettings;
@@ -40,7 +41,7 @@ use crate::telemetry;
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
-const TABLES_VERSION: i32 = 5;
+const TABLES_VERSION: i32 = 6;
 
 /// The `format` of an entry row holding a log entry (its head and body frames); rows of
 /// tables before version 3 hold journal records of format 1.
@@ -84,7 +85,12 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 /// - [`load`](SessionStore::load) reads the row and its entries in one statement, and
 ///   decodes and validates what it reads as strictly as the file store does (size limits,
 ///   schema version, embedded id, the entries' revisions); damage is a corrupt-kind error
-///   naming the rows.
+///   naming the rows. A compacted session loads from the state its compaction made (kept
+///   in its row by the compaction's append) and the entries from the compaction on,
+///   without reading the history the compaction replaced;
+///   [`history`](SessionStore::history), [`load_at`](SessionStore::load_at) and
+///   [`revisions`](SessionStore::revisions) read everything, and so are what report damage
+///   to that history.
 /// - Listings read the summary columns only, never snapshots.
 ///   [`list_page`](SessionStore::list_page) reads one page from an index on
 ///   `(archived, updated, id)` (keyset pagination), whatever the store's size; a whole
@@ -709,9 +715,11 @@ async fn create_tables(tx: &mut deadpool_postgres::Transaction<'_>, schema: &str
          ALTER TABLE {schema}.entries
              ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1;
          {leases}
-         {search}",
+         {search}
+         {views}",
         leases = lease::create_tables(schema),
-        search = search::create_tables(schema)
+        search = search::create_tables(schema),
+        views = view::add_columns(schema)
     ))
     .await
     .map_err(|e| backend("create the store's tables", e))?;
@@ -1202,9 +1210,15 @@ impl Inner {
         derived: bool,
         oldest: Option<Revision>,
         summary: &str,
+        view: Option<&view::EncodedView>,
     ) -> Result<Appended> {
         // The entry's bytes, and the words of the messages it adds (search.rs).
         let (entry, words) = (entry.0, entry.1.to_owned());
+        // A compaction's view (view.rs), kept with the entry if it is small enough.
+        let (view_state, view_history) = match view {
+            Some(view) => (Some(view.state.clone()), Some(view.history.clone())),
+            None => (None, None),
+        };
         let expected = snapshot.revision();
         let revision = expected.next();
         let id = snapshot.id().clone();
@@ -1243,7 +1257,7 @@ impl Inner {
                                 UPDATE {schema}.sessions
                                    SET revision = $2, updated_ns = $3, summary = $4,
                                        journal_bytes = journal_bytes + $5::bigint,
-                                       state_counts = $10
+                                       state_counts = $10, {keep_view}
                                  WHERE id = $1 AND revision = $6 AND created_ns = $7
                                    AND ($8::bigint IS NULL OR updated_ns = $8)
                                    AND ($11::text IS NULL OR state_counts = $11)
@@ -1256,7 +1270,8 @@ impl Inner {
                              INSERT INTO {schema}.entries
                                  (session_id, revision, record, format, words)
                              SELECT id, $2, $12, $13, $16 FROM moved",
-                                fenced = lease::row_allows(15)
+                                fenced = lease::row_allows(15),
+                                keep_view = view::set_on_append("$17", "$18", "$2", "$5")
                             ),
                         )
                         .await?,
@@ -1277,6 +1292,8 @@ impl Inner {
                             &oldest,
                             &fence,
                             &words,
+                            &view_state,
+                            &view_history,
                         ],
                     )
                     .await
@@ -1432,6 +1449,13 @@ impl Inner {
         });
         let row = query.await?;
         let row = row.ok_or_else(|| Error::NotFound { id: id.clone() })?;
+        self.stored_rows(id, &row)
+    }
+
+    /// The snapshot and entries of `id` from the first six columns of `row`: its
+    /// revision, the snapshot's size and bytes (`NULL` past the size limit), the entries'
+    /// size and bytes (the same) and their formats.
+    fn stored_rows(&self, id: &SessionId, row: &tokio_postgres::Row) -> Result<StoredRows> {
         // The types are those `migrate` gives the columns; a table made otherwise is an
         // error, never a panic.
         let column = |e| {
@@ -1476,6 +1500,16 @@ impl Inner {
         f: impl FnOnce(LogSource<'_>) -> Result<T>,
     ) -> Result<T> {
         let rows = self.read_rows(id).await?;
+        self.fold_rows(id, &rows, f)
+    }
+
+    /// Works `f` out from the log in `rows`, the snapshot and entries of `id`.
+    fn fold_rows<T>(
+        &self,
+        id: &SessionId,
+        rows: &StoredRows,
+        f: impl FnOnce(LogSource<'_>) -> Result<T>,
+    ) -> Result<T> {
         let location = self.location(id);
         let entries_location = self.entries_location(id);
         let base =
@@ -1580,9 +1614,10 @@ impl Inner {
                         "UPDATE {schema}.sessions
                          SET revision = $2, created_ns = $3, updated_ns = $4,
                              summary = $5, snapshot = $6, journal_bytes = 0,
-                             state_counts = $8, words = $10
+                             state_counts = $8, words = $10, {clear_view}
                          WHERE id = $1 AND revision = $7 AND {allowed}",
-                        allowed = lease::row_allows(9)
+                        allowed = lease::row_allows(9),
+                        clear_view = view::CLEAR
                     ),
                 )
                 .await?;
@@ -1750,6 +1785,12 @@ impl AsyncSessionStore for Inner {
             let (bytes, words) = stored_form(&entry, id)?;
             let stats = snapshot.stats_once_saved(revision);
             let oldest = snapshot.history_stats().oldest_revision;
+            // A compaction keeps the state it makes beside its entry (view.rs).
+            let compacted = |stats| {
+                (kind == EntryKind::Compaction)
+                    .then(|| view::encode(snapshot, revision, stats))
+                    .flatten()
+            };
             match self
                 .try_append(
                     snapshot,
@@ -1757,6 +1798,7 @@ impl AsyncSessionStore for Inner {
                     true,
                     Some(oldest),
                     &summary(stats)?,
+                    compacted(stats).as_ref(),
                 )
                 .await?
             {
@@ -1772,6 +1814,7 @@ impl AsyncSessionStore for Inner {
                             true,
                             Some(stats.oldest_revision),
                             &summary(stats.after(kind))?,
+                            compacted(stats.after(kind)).as_ref(),
                         )
                         .await?;
                     return self.appended(snapshot, outcome, summary).await;
@@ -1782,16 +1825,20 @@ impl AsyncSessionStore for Inner {
         let stats = self.stored_stats(id).await?.after(EntryKind::Edit);
         let (entry, words) = stored_form(&snapshot.entry_replacing_all(revision)?, id)?;
         let outcome = self
-            .try_append(snapshot, (&entry, &words), false, None, &summary(stats)?)
+            .try_append(
+                snapshot,
+                (&entry, &words),
+                false,
+                None,
+                &summary(stats)?,
+                None,
+            )
             .await?;
         self.appended(snapshot, outcome, summary).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<SessionSnapshot> {
-        let mut snapshot = self.with_log(id, |log| log.state_at(None)).await?;
-        let revision = snapshot.revision();
-        snapshot.mark_stored(revision);
-        Ok(snapshot)
+        self.load_head(id).await
     }
 
     async fn load_at(&self, id: &SessionId, revision: Revision) -> Result<SessionSnapshot> {
@@ -2001,8 +2048,10 @@ impl AsyncSessionStore for Inner {
                     &client,
                     &format!(
                         "UPDATE {schema}.sessions
-                         SET snapshot = $2, journal_bytes = $3, summary = $4, words = $6
-                         WHERE id = $1 AND revision = $5"
+                         SET snapshot = $2, journal_bytes = $3, summary = $4, words = $6,
+                             {clear_view}
+                         WHERE id = $1 AND revision = $5",
+                        clear_view = view::CLEAR
                     ),
                 )
                 .await?;
