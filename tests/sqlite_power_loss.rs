@@ -61,14 +61,17 @@
 //!
 //! A fresh `SqliteSessionStore` opened on the image must open; its listing must have no
 //! unreadable row and agree with each load; every session must load as exactly a state:
-//! state `n` holds messages 1 to `n` of the session, each derived from the session and
-//! its position (as in `tests/sqlite_kill.rs`), and has the number of messages the child
-//! saved at that revision; a random earlier revision must load as its state too. A
-//! session whose revision is below the last one acknowledged before the cut is a lost
-//! save.
+//! its messages in order, each derived from the session and its position (as in
+//! `tests/sqlite_kill.rs`), from position 1 or after a compaction's summary (which names
+//! the last position it replaced), and the number of messages the child saved at that
+//! revision; a random earlier revision must load as its state too. A session whose
+//! revision is below the last one acknowledged before the cut is a lost save.
 //!
-//! The child saves to four sessions (a turn appended to a loaded snapshot, or at random a
-//! new session under the same id, written whole). It closes and reopens the store every 5
+//! The child saves to four sessions (a turn appended to a loaded snapshot; once a session
+//! has 8 messages, at random a compaction of all but its last two, whose state the store
+//! keeps as a view checkpoint when it is small enough, so later loads start from it; or at
+//! random a new session under the same id, written whole). The `Sync` run fails unless
+//! some images hold a view checkpoint. It closes and reopens the store every 5
 //! to 65 saves, so the log is checkpointed into the database, synced and deleted, and
 //! created again; and before one save in 15 (and the third) another connection runs a
 //! `PASSIVE`, `RESTART` or `TRUNCATE` checkpoint (as another process, or SQLite's
@@ -95,7 +98,8 @@ use std::time::Instant;
 mod seeded;
 
 use agent_session::{
-    Durability, Message, Revision, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore,
+    Compaction, Durability, Message, Revision, SessionId, SessionSnapshot, SessionStore,
+    SqliteSessionStore,
 };
 
 use seeded::{run_seed, Rng};
@@ -138,17 +142,44 @@ fn message(id: &SessionId, position: usize) -> String {
     text
 }
 
-/// The revision and message count of `snapshot`, if it is exactly a state.
+/// The summary a compaction puts in place of messages `1..=replaced` of session `id`.
+fn summary_text(id: &SessionId, replaced: usize) -> String {
+    format!("{id}:summary:{replaced}")
+}
+
+/// The position of the last message of `snapshot`'s view: a compaction's summary first
+/// stands for the messages it replaced, and every other message is one position more.
+fn last_position(snapshot: &SessionSnapshot) -> usize {
+    let prefix = format!("{}:summary:", snapshot.id());
+    let view = snapshot.transcript();
+    match view
+        .first()
+        .and_then(|m| m.text().strip_prefix(&prefix)?.parse::<usize>().ok())
+    {
+        Some(replaced) => replaced + view.len() - 1,
+        None => view.len(),
+    }
+}
+
+/// The revision and message count of `snapshot`, if it is exactly a state: messages in
+/// order from position 1, or a compaction's summary and the messages after those it
+/// replaced.
 fn verify(snapshot: &SessionSnapshot) -> Result<(u64, usize), String> {
     let id = snapshot.id();
-    for (i, m) in snapshot.transcript().iter().enumerate() {
-        if m.text() != message(id, i + 1) {
-            return Err(format!("{id}: message {} is not that state's", i + 1));
-        }
-    }
     let n = snapshot.transcript().len();
     if n == 0 {
         return Err(format!("{id}: no messages"));
+    }
+    let first = last_position(snapshot) + 1 - n;
+    for (i, m) in snapshot.transcript().iter().enumerate() {
+        let expected = if first > 1 && i == 0 {
+            summary_text(id, first)
+        } else {
+            message(id, first + i)
+        };
+        if m.text() != expected {
+            return Err(format!("{id}: message {} is not that state's", i + 1));
+        }
     }
     Ok((snapshot.revision().as_u64(), n))
 }
@@ -216,11 +247,26 @@ fn sqlite_power_loss_child_workload() {
             Err(e) => panic!("child load {id}: {e}"),
         };
         let next = match loaded {
-            Some(loaded) if loaded.transcript().len() < MAX_MESSAGES && rng.below(12) != 0 => {
+            // A compaction: a summary in place of all but the last two messages (so the
+            // store keeps the state it makes as a view checkpoint when that is small
+            // enough, and later saves and loads go through it).
+            Some(mut loaded) if loaded.transcript().len() >= 8 && rng.below(6) == 0 => {
                 let n = loaded.transcript().len();
+                let point = n - 2;
+                let replaced = last_position(&loaded) - (n - point);
+                loaded
+                    .compact(Compaction::new(
+                        point,
+                        vec![Message::user(summary_text(id, replaced))],
+                    ))
+                    .expect("compact");
+                loaded
+            }
+            Some(loaded) if loaded.transcript().len() < MAX_MESSAGES && rng.below(12) != 0 => {
+                let last = last_position(&loaded);
                 loaded
                     .with_appended(
-                        vec![Message::user(message(id, n + 1))],
+                        vec![Message::user(message(id, last + 1))],
                         vec![],
                         chrono::Utc::now(),
                     )
@@ -544,6 +590,9 @@ struct Tally {
     database_syncs: usize,
     log_deletions: usize,
     acks: usize,
+    /// Recovered images holding a compacted session's view checkpoint (its loads start
+    /// from the view).
+    with_views: usize,
     violations: Vec<String>,
 }
 
@@ -642,6 +691,9 @@ impl Checker {
             let db = write_image(&self.images.join("image"), &files);
             self.tally.images += 1;
             let outcome = check_image(&db, &self.acked, &self.tried, &mut self.rng);
+            if outcome.is_ok() && has_a_view(&db) {
+                self.tally.with_views += 1;
+            }
             let failure = match outcome {
                 Ok(lost) if lost.is_empty() => {
                     self.tally.recovered += 1;
@@ -677,6 +729,13 @@ impl Checker {
             }
         }
     }
+}
+
+/// Whether the store in the image `db` holds a view checkpoint (tables version 4).
+fn has_a_view(db: &Path) -> bool {
+    rusqlite::Connection::open(db)
+        .and_then(|c| c.query_row("SELECT count(*) FROM views", [], |r| r.get::<_, i64>(0)))
+        .is_ok_and(|views| views > 0)
 }
 
 /// Writes `files` into `dir` (made afresh, private, the files 0600 as the store wants);
@@ -893,8 +952,9 @@ fn summary(label: &str, tally: &Tally, seed: u64, started: Instant) -> String {
     format!(
         "sqlite power loss ({label}): {} acknowledged saves, {} trace events ({} log syncs, \
          {} database syncs, {} logs started, {} log deletions), {} cut points ({} after an acknowledgement, \
-         {} before a checkpoint step, {} random), {} images, {} recovered, {} missing \
-         acknowledged saves ({} saves), {} damaged, {} violations; {:.1} s (seed {seed})",
+         {} before a checkpoint step, {} random), {} images, {} recovered ({} with a view \
+         checkpoint), {} missing acknowledged saves ({} saves), {} damaged, {} violations; \
+         {:.1} s (seed {seed})",
         tally.acks,
         tally.events,
         tally.log_syncs,
@@ -907,6 +967,7 @@ fn summary(label: &str, tally: &Tally, seed: u64, started: Instant) -> String {
         cuts(Cut::MidSave),
         tally.images,
         tally.recovered,
+        tally.with_views,
         tally.lossy_images,
         tally.lost_saves,
         tally.damaged,
@@ -937,6 +998,10 @@ fn sqlite_acknowledged_saves_survive_power_cuts() {
             && tally.log_deletions > 0
             && tally.log_starts > tally.log_deletions + 1,
         "the run never checkpointed the log, deleted it and started it over (seed {seed})"
+    );
+    assert!(
+        tally.with_views > 0,
+        "no image held a compacted session's view checkpoint (seed {seed})"
     );
     assert!(
         tally.violations.is_empty(),
