@@ -221,6 +221,8 @@ fn a_damaged_or_foreign_view_is_passed_over() {
         "view_state = NULL".to_owned(),
         "view_history = NULL".to_owned(),
         "view_history = '{1,2}'".to_owned(),
+        "view_history = '{1,NULL,1,0}'".to_owned(),
+        "view_history = '{{1,0},{1,0}}'".to_owned(),
         "view_history = '{-1,0,-5,0}'".to_owned(),
         format!("view_revision = {}", revision - 1),
         format!("view_revision = {}", revision + 100),
@@ -234,6 +236,68 @@ fn a_damaged_or_foreign_view_is_passed_over() {
         set_row(&store, &id, &restore);
     }
     assert_loads(&store, &id, &compacted);
+}
+
+/// The view columns of `id` as an SQL `SET` list that puts them back.
+fn view_columns(store: &PostgresSessionStore, id: &SessionId) -> String {
+    pg::query_text(&format!(
+        "SELECT format('view_state = decode(%L, ''hex''), view_revision = %s, view_history = %L',
+                       encode(view_state, 'hex'), view_revision, view_history::text)
+         FROM \"{}\".sessions WHERE id = '{id}'",
+        store.schema()
+    ))
+    .pop()
+    .expect("the view columns")
+}
+
+#[test]
+fn a_view_whose_counts_a_trim_changed_is_passed_over() {
+    let schemas = Schemas::new();
+    let store = schemas.store();
+    let id = sid("trimmed");
+    save_turn_by_turn(&store, &id, 20, TURN);
+    let rewind = store
+        .rewind(&id, RewindTo::LastTurns(1))
+        .expect("rewind")
+        .revision();
+    more_turns(&store, &id, 4);
+    let compacted = compact(&store, &id, 2);
+    assert_eq!(compacted.history_stats().rewinds, 1);
+    let kept = view_columns(&store, &id);
+    // A trim that keeps the compaction but not the rewind clears the view; one that left
+    // it (a process of a release before views, or an append that waited for the trim and
+    // kept the counts it read before) leaves counts of a log that is gone.
+    store.trim_history(&id, rewind).expect("trim");
+    assert_eq!(view_of(&store, &id), None);
+    set_row(&store, &id, &kept);
+    assert!(view_of(&store, &id).is_some());
+    let loaded = store.load(&id).expect("load");
+    assert_eq!(loaded.history_stats().rewinds, 0, "the rewind was trimmed");
+    assert_eq!(loaded.history_stats().oldest_revision, rewind);
+    assert_loads(&store, &id, &compacted);
+}
+
+#[test]
+fn stored_bytes_counts_the_view() {
+    let schemas = Schemas::new();
+    let store = schemas.store();
+    let id = sid("counted");
+    save_turn_by_turn(&store, &id, 20, TURN);
+    compact(&store, &id, 2);
+    let (_, view) = view_of(&store, &id).expect("a view");
+    let row: u64 = pg::query_text(&format!(
+        "SELECT (octet_length(snapshot) + octet_length(summary) + journal_bytes)::text
+         FROM \"{}\".sessions WHERE id = '{id}'",
+        store.schema()
+    ))
+    .pop()
+    .expect("a row")
+    .parse()
+    .expect("a size");
+    assert_eq!(
+        store.stored_bytes(&id).expect("stored bytes"),
+        Some(row + view)
+    );
 }
 
 #[test]

@@ -87,7 +87,8 @@ const MIGRATION_LOCK: i64 = 0x6167_656e_745f_7365; // "agent_se"
 ///   schema version, embedded id, the entries' revisions); damage is a corrupt-kind error
 ///   naming the rows. A compacted session loads from the state its compaction made (kept
 ///   in its row by the compaction's append) and the entries from the compaction on,
-///   without reading the history the compaction replaced;
+///   without reading the history the compaction replaced (the size limit applies to what
+///   it reads);
 ///   [`history`](SessionStore::history), [`load_at`](SessionStore::load_at) and
 ///   [`revisions`](SessionStore::revisions) read everything, and so are what report damage
 ///   to that history.
@@ -2128,7 +2129,7 @@ impl AsyncSessionStore for Inner {
                         &client,
                         &format!(
                             "SELECT octet_length(snapshot)::bigint + octet_length(summary)::bigint
-                                + journal_bytes
+                                + journal_bytes + COALESCE(octet_length(view_state), 0)::bigint
                          FROM {schema}.sessions WHERE id = $1"
                         ),
                     )

@@ -100,6 +100,11 @@ enum Read {
 struct StoredView {
     /// The row's revision.
     revision: Revision,
+    /// The oldest revision the log keeps (the first entry's minus one, or the row's),
+    /// which the view's counts must start from: a trim the view does not account for (a
+    /// release without views trims without clearing them, and an append that waited for a
+    /// trim keeps the counts it read before) leaves another.
+    oldest: Option<Revision>,
     view_revision: Revision,
     history: Option<Vec<i64>>,
     /// `None` past the size limit (then so are `records`).
@@ -159,7 +164,11 @@ impl Inner {
                               AND e.revision >= COALESCE(s.view_revision, 0)
                             ORDER BY e.revision),
                         s.view_revision, s.view_history,
-                        CASE WHEN octet_length(s.view_state) <= $2::bigint THEN s.view_state END
+                        CASE WHEN octet_length(s.view_state) <= $2::bigint THEN s.view_state END,
+                        CASE WHEN s.view_revision IS NOT NULL THEN COALESCE(
+                            (SELECT min(e.revision) FROM {schema}.entries e
+                             WHERE e.session_id = $1) - 1,
+                            s.revision) END
                      FROM {schema}.sessions s WHERE s.id = $1"
                 ))
                 .await;
@@ -199,10 +208,19 @@ impl Inner {
                 .chain(state.iter())
                 .fold(0u64, |sum, bytes| sum.saturating_add(bytes.len() as u64)),
         );
+        // Counts that do not read as four numbers (a `NULL` among them, written by hand)
+        // are no view, not a failed load.
+        let history = row
+            .try_get::<_, Option<Vec<Option<i64>>>>(7)
+            .ok()
+            .flatten()
+            .and_then(|counts| counts.into_iter().collect());
+        let oldest: Option<i64> = row.try_get(9).map_err(column)?;
         Ok(Read::View(StoredView {
             revision: revision_of(row.try_get(0).map_err(column)?),
+            oldest: oldest.map(revision_of),
             view_revision: revision_of(view_revision),
-            history: row.try_get(7).map_err(column)?,
+            history,
             state,
             records,
             formats: row.try_get(5).map_err(column)?,
@@ -221,6 +239,7 @@ fn revision_of(column: i64) -> Revision {
 fn state_of(id: &SessionId, view: StoredView) -> Option<SessionSnapshot> {
     let StoredView {
         revision,
+        oldest,
         view_revision,
         history,
         state,
@@ -237,6 +256,9 @@ fn state_of(id: &SessionId, view: StoredView) -> Option<SessionSnapshot> {
         },
         _ => return None,
     };
+    if oldest != Some(stats.oldest_revision) {
+        return None;
+    }
     let framed = state?;
     let (json, used) = intact_frame(&framed)?;
     if used != framed.len() {

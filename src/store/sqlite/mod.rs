@@ -82,7 +82,8 @@ const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 ///   frames, checksums and revisions); damage is a corrupt-kind error naming the row.
 ///   A compacted session loads from the state its compaction made (its row in `views`,
 ///   written in the compaction's transaction) and the entries from the compaction on,
-///   without reading the history the compaction replaced; [`history`](SessionStore::history),
+///   without reading the history the compaction replaced (the size limit applies to what
+///   it reads); [`history`](SessionStore::history),
 ///   [`load_at`](SessionStore::load_at) and [`revisions`](SessionStore::revisions) read
 ///   everything, and so are what report damage to that history.
 /// - Listings read the summary column only. [`list_page`](SessionStore::list_page) reads
