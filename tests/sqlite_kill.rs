@@ -5,9 +5,11 @@
 //! [`sqlite_kill_child_saves_until_killed`], which opens the store on one database and
 //! runs [`SAVERS`] threads: each appends turns to its own session and, in turn, to one
 //! session shared by all of them (load, append, save; reloaded on conflict), as a
-//! harness does. State `n` of a session is revision `n`: its `n` messages are
-//! [`message`]`(id, 1..=n)`, each a 0.5-8 KB text derived from the session and the
-//! position, so a mix of two states or an entry applied to the wrong base is caught.
+//! harness does. Each message is [`message`]`(id, position)`, a 0.5-8 KB text derived
+//! from the session and its position, so a mix of two states or an entry applied to the
+//! wrong base is caught; every seventh revision compacts all but the last two messages
+//! into a summary naming the last position it replaced (`tests/common/positions.rs`), so
+//! loads also start from view checkpoints.
 //! After each `Ok` save the child prints `saved <id> <n>` (an acknowledgement).
 //!
 //! The parent kills the child with SIGKILL a random 0-150 ms after it reports that it
@@ -42,6 +44,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[path = "common/positions.rs"]
+mod positions;
 #[path = "common/seeded.rs"]
 mod seeded;
 
@@ -49,6 +53,7 @@ use agent_session::{
     Message, Revision, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore,
 };
 
+use positions::{check_positions, compacted, has_a_view, last_position};
 use seeded::{run_seed, Rng};
 
 const DB_ENV: &str = "AGENT_SESSION_SQLITE_KILL_DB";
@@ -83,31 +88,32 @@ fn message(id: &SessionId, position: usize) -> String {
     text
 }
 
-/// The state with `n` messages, checked: `Err` for anything that is not exactly one.
+/// The revision of `snapshot` if it is exactly a state (`Err` for anything else): its
+/// messages in order from position 1, or a compaction's summary and the messages after
+/// those it replaced. A session that starts over is saved as one message over the
+/// revision it had (its revisions only grow); each save after that adds one message or
+/// compacts.
 fn verify(snapshot: &SessionSnapshot) -> Result<u64, String> {
-    let id = snapshot.id();
-    let n = snapshot.transcript().len();
-    // A session that starts over is saved as one message over the revision it had (its
-    // revisions only grow); each save after that adds one message.
-    for (i, m) in snapshot.transcript().iter().enumerate() {
-        if m.text() != message(id, i + 1) {
-            return Err(format!("{id}: message {} is not that state's", i + 1));
-        }
-    }
-    if n == 0 {
-        return Err(format!("{id}: no messages"));
-    }
+    check_positions(snapshot, message)?;
     Ok(snapshot.revision().as_u64())
 }
 
-/// The next state of `loaded` (or a fresh session when it has grown too long).
+/// The next state of `loaded`: one more message, or every seventh revision (once it has
+/// 8 messages) a compaction of all but its last two, whose state the store keeps as a
+/// view checkpoint that later loads start from; a fresh session when it has grown too
+/// long.
 fn next_state(id: &SessionId, loaded: Option<SessionSnapshot>) -> SessionSnapshot {
     match loaded {
+        Some(loaded)
+            if loaded.transcript().len() >= 8 && loaded.revision().as_u64().is_multiple_of(7) =>
+        {
+            compacted(loaded, 2)
+        }
         Some(loaded) if loaded.transcript().len() < MAX_MESSAGES => {
-            let n = loaded.transcript().len();
+            let last = last_position(&loaded);
             loaded
                 .with_appended(
-                    vec![Message::user(message(id, n + 1))],
+                    vec![Message::user(message(id, last + 1))],
                     vec![],
                     chrono::Utc::now(),
                 )
@@ -254,7 +260,7 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
         .expect("a private directory for the images");
     let mut acknowledged: BTreeMap<String, u64> = BTreeMap::new();
     let mut last: BTreeMap<SessionId, u64> = BTreeMap::new();
-    let (mut total_acks, mut images_checked) = (0usize, 0usize);
+    let (mut total_acks, mut images_checked, mut with_views) = (0usize, 0usize, 0usize);
     for kill in 0..kills {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
             .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
@@ -300,6 +306,9 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
         }
         let found = check_store(&db, &mut rng)
             .unwrap_or_else(|e| panic!("after kill {kill} (seed {seed}): {e}"));
+        if has_a_view(&db) {
+            with_views += 1;
+        }
         for (id, n) in &acknowledged {
             let stored = found.get(&sid(id)).copied().unwrap_or(0);
             assert!(
@@ -325,9 +334,13 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
         }
     }
     println!(
-        "sqlite kill test: {kills} kills, {total_acks} acknowledged saves checked, {images_checked} power-cut images (seed {seed})"
+        "sqlite kill test: {kills} kills, {total_acks} acknowledged saves checked, {images_checked} power-cut images, {with_views} checks of a store holding a view checkpoint (seed {seed})"
     );
     assert!(total_acks > 0, "the child never saved (seed {seed})");
+    assert!(
+        with_views > 0,
+        "no check met a compacted session's view checkpoint (seed {seed})"
+    );
 }
 
 /// The negative control of the checks above: a store that lost an acknowledged save (an

@@ -94,14 +94,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "common/positions.rs"]
+mod positions;
 #[path = "common/seeded.rs"]
 mod seeded;
 
 use agent_session::{
-    Compaction, Durability, Message, Revision, SessionId, SessionSnapshot, SessionStore,
-    SqliteSessionStore,
+    Durability, Message, Revision, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore,
 };
 
+use positions::{check_positions, compacted, has_a_view, last_position};
 use seeded::{run_seed, Rng};
 
 const CHILD_TEST: &str = "sqlite_power_loss_child_workload";
@@ -142,45 +144,11 @@ fn message(id: &SessionId, position: usize) -> String {
     text
 }
 
-/// The summary a compaction puts in place of messages `1..=replaced` of session `id`.
-fn summary_text(id: &SessionId, replaced: usize) -> String {
-    format!("{id}:summary:{replaced}")
-}
-
-/// The position of the last message of `snapshot`'s view: a compaction's summary first
-/// stands for the messages it replaced, and every other message is one position more.
-fn last_position(snapshot: &SessionSnapshot) -> usize {
-    let prefix = format!("{}:summary:", snapshot.id());
-    let view = snapshot.transcript();
-    match view
-        .first()
-        .and_then(|m| m.text().strip_prefix(&prefix)?.parse::<usize>().ok())
-    {
-        Some(replaced) => replaced + view.len() - 1,
-        None => view.len(),
-    }
-}
-
 /// The revision and message count of `snapshot`, if it is exactly a state: messages in
 /// order from position 1, or a compaction's summary and the messages after those it
 /// replaced.
 fn verify(snapshot: &SessionSnapshot) -> Result<(u64, usize), String> {
-    let id = snapshot.id();
-    let n = snapshot.transcript().len();
-    if n == 0 {
-        return Err(format!("{id}: no messages"));
-    }
-    let first = last_position(snapshot) + 1 - n;
-    for (i, m) in snapshot.transcript().iter().enumerate() {
-        let expected = if first > 1 && i == 0 {
-            summary_text(id, first)
-        } else {
-            message(id, first + i)
-        };
-        if m.text() != expected {
-            return Err(format!("{id}: message {} is not that state's", i + 1));
-        }
-    }
+    let n = check_positions(snapshot, message)?;
     Ok((snapshot.revision().as_u64(), n))
 }
 
@@ -250,17 +218,8 @@ fn sqlite_power_loss_child_workload() {
             // A compaction: a summary in place of all but the last two messages (so the
             // store keeps the state it makes as a view checkpoint when that is small
             // enough, and later saves and loads go through it).
-            Some(mut loaded) if loaded.transcript().len() >= 8 && rng.below(6) == 0 => {
-                let n = loaded.transcript().len();
-                let point = n - 2;
-                let replaced = last_position(&loaded) - (n - point);
-                loaded
-                    .compact(Compaction::new(
-                        point,
-                        vec![Message::user(summary_text(id, replaced))],
-                    ))
-                    .expect("compact");
-                loaded
+            Some(loaded) if loaded.transcript().len() >= 8 && rng.below(6) == 0 => {
+                compacted(loaded, 2)
             }
             Some(loaded) if loaded.transcript().len() < MAX_MESSAGES && rng.below(12) != 0 => {
                 let last = last_position(&loaded);
@@ -729,13 +688,6 @@ impl Checker {
             }
         }
     }
-}
-
-/// Whether the store in the image `db` holds a view checkpoint (tables version 4).
-fn has_a_view(db: &Path) -> bool {
-    rusqlite::Connection::open(db)
-        .and_then(|c| c.query_row("SELECT count(*) FROM views", [], |r| r.get::<_, i64>(0)))
-        .is_ok_and(|views| views > 0)
 }
 
 /// Writes `files` into `dir` (made afresh, private, the files 0600 as the store wants);

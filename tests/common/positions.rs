@@ -1,0 +1,77 @@
+//! The message model of the SQLite kill and power-loss suites: each message's text is
+//! derived from its session and its position (from 1), so a loaded state can be checked
+//! message by message; a compaction puts a summary naming the last position it replaced
+//! in place of the messages before the ones it keeps.
+//!
+//! Included by `tests/sqlite_kill.rs` and `tests/sqlite_power_loss.rs` with `#[path]`.
+
+use std::path::Path;
+
+use agent_session::{Compaction, Message, SessionId, SessionSnapshot};
+
+/// The summary a compaction puts in place of messages `1..=replaced` of session `id`.
+pub fn summary_text(id: &SessionId, replaced: usize) -> String {
+    format!("{id}:summary:{replaced}")
+}
+
+/// The position of the last message of `snapshot`'s view: a compaction's summary first
+/// stands for the messages it replaced, and every other message is one position more.
+pub fn last_position(snapshot: &SessionSnapshot) -> usize {
+    let prefix = format!("{}:summary:", snapshot.id());
+    let view = snapshot.transcript();
+    match view
+        .first()
+        .and_then(|m| m.text().strip_prefix(&prefix)?.parse::<usize>().ok())
+    {
+        Some(replaced) => replaced + view.len() - 1,
+        None => view.len(),
+    }
+}
+
+/// Checks that `snapshot` holds messages in order from position 1, or a compaction's
+/// summary and the messages after those it replaced, each `message(id, position)`;
+/// returns how many messages it holds.
+pub fn check_positions(
+    snapshot: &SessionSnapshot,
+    message: impl Fn(&SessionId, usize) -> String,
+) -> Result<usize, String> {
+    let id = snapshot.id();
+    let n = snapshot.transcript().len();
+    if n == 0 {
+        return Err(format!("{id}: no messages"));
+    }
+    let first = last_position(snapshot) + 1 - n;
+    for (i, m) in snapshot.transcript().iter().enumerate() {
+        let expected = if first > 1 && i == 0 {
+            summary_text(id, first)
+        } else {
+            message(id, first + i)
+        };
+        if m.text() != expected {
+            return Err(format!("{id}: message {} is not that state's", i + 1));
+        }
+    }
+    Ok(n)
+}
+
+/// `snapshot` compacted to a summary and its last `keep` messages (at least two
+/// messages replaced, so the summary names a position past 1).
+pub fn compacted(mut snapshot: SessionSnapshot, keep: usize) -> SessionSnapshot {
+    let n = snapshot.transcript().len();
+    let point = n - keep;
+    assert!(point >= 2, "a compaction replaces at least two messages");
+    let replaced = last_position(&snapshot) - keep;
+    let summary = summary_text(snapshot.id(), replaced);
+    snapshot
+        .compact(Compaction::new(point, vec![Message::user(summary)]))
+        .expect("compact");
+    snapshot
+}
+
+/// Whether the `SqliteSessionStore` database at `db` holds a view checkpoint (a row of
+/// `views`, tables version 4).
+pub fn has_a_view(db: &Path) -> bool {
+    rusqlite::Connection::open(db)
+        .and_then(|c| c.query_row("SELECT count(*) FROM views", [], |r| r.get::<_, i64>(0)))
+        .is_ok_and(|views| views > 0)
+}
