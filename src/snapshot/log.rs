@@ -286,23 +286,28 @@ impl<'a> LogSource<'a> {
     }
 
     /// The head state of a compacted log read from its view checkpoint: `view`, the state
-    /// the compaction entry `compaction` made (decoded from where a store keeps it), with
-    /// `entries` after that entry folded onto it, validated, history counts `stats` (the
-    /// log's at the compaction) advanced by each entry, and marked as stored at its
-    /// revision.
+    /// a compaction entry made (decoded from where a store keeps it), with `entries` (that
+    /// compaction's first, then those after it) folded onto it, validated, history counts
+    /// `stats` (the log's at the compaction) advanced by each later entry, and marked as
+    /// stored at its revision.
     ///
     /// # Errors
     ///
-    /// [`Error::Inconsistent`] if `view` is not the state `compaction` says it made (its
+    /// [`Error::Inconsistent`] if the first entry is not a compaction that made `view` (its
     /// revision, time or lengths), or the entries need what the view does not hold (a
     /// restore of a revision before the compaction): the caller reads the whole log then,
     /// which decides.
     pub(crate) fn state_after_view(
         view: SessionSnapshot,
-        compaction: &EntryHead,
         stats: HistoryStats,
         entries: impl IntoIterator<Item = (EntryHead, &'a [u8])>,
     ) -> Result<SessionSnapshot> {
+        let mut entries = entries.into_iter();
+        let Some((compaction, _)) = entries.next() else {
+            return Err(Error::inconsistent(
+                "the view checkpoint has no compaction entry after it",
+            ));
+        };
         if compaction.kind != EntryKind::Compaction
             || view.revision != compaction.revision
             || view.updated_at != compaction.updated_at

@@ -182,3 +182,9 @@ pub(crate) fn to_i64(n: u64) -> i64 {
 pub(crate) fn state_counts(counts: Counts) -> String {
     format!("{},{},{}", counts.messages, counts.tool_calls, counts.usage)
 }
+
+/// A revision read from a column (a negative one, written by hand, is revision 0, which
+/// no session has).
+pub(crate) fn revision_of(column: i64) -> Revision {
+    Revision::from_u64(u64::try_from(column).unwrap_or(0))
+}

@@ -139,21 +139,20 @@ impl FileSessionStore {
             return None;
         }
         let frames = journal::split(&tail.bytes).ok()?;
-        let entries = frames
-            .frames
-            .iter()
-            .map(|(_, payload)| {
+        // The compaction's own body is not read: the view is the state it made.
+        let compaction = (tail.entry, &[][..]);
+        let entries = std::iter::once(Ok(compaction))
+            .chain(frames.frames.iter().map(|(_, payload)| {
                 let (head, body) = split_entry(payload)?;
                 Ok((decode_head(head)?, body))
-            })
+            }))
             .collect::<crate::Result<Vec<_>>>()
             .ok()?;
         // A state other than the compaction's, a restore of a revision before the view, or
         // anything else the state at the view does not account for fails here: the whole
         // log decides then.
         let snapshot =
-            LogSource::state_after_view(checkpoint, &tail.entry, header.history.into(), entries)
-                .ok()?;
+            LogSource::state_after_view(checkpoint, header.history.into(), entries).ok()?;
         let (counts, stats, revision) = (
             snapshot.counts(),
             snapshot.history_stats(),

@@ -20,7 +20,7 @@ use crate::snapshot::{
     decode_head, intact_frame, push_frame, split_entry, EntryHead, HistoryStats, LogSource,
     SessionSnapshot, FRAME_OVERHEAD,
 };
-use crate::store::columns::{revision_column, to_i64};
+use crate::store::columns::{revision_column, revision_of, to_i64};
 use crate::telemetry;
 
 /// The columns tables version 6 adds to `sessions`.
@@ -228,12 +228,6 @@ impl Inner {
     }
 }
 
-/// A revision read from a column (a negative one, written by hand, is revision 0, which
-/// no session has).
-fn revision_of(column: i64) -> Revision {
-    Revision::from_u64(u64::try_from(column).unwrap_or(0))
-}
-
 /// The head state from a view and the entries after its compaction's, marked as stored;
 /// `None` if they do not make it (the whole log decides then).
 fn state_of(id: &SessionId, view: StoredView) -> Option<SessionSnapshot> {
@@ -281,12 +275,7 @@ fn state_of(id: &SessionId, view: StoredView) -> Option<SessionSnapshot> {
         let (head, body) = split_entry(payload).ok()?;
         entries.push((decode_head(head).ok()?, body));
     }
-    let mut entries = entries.into_iter();
-    let (compaction, _) = entries.next()?;
-    if compaction.revision != view_revision {
-        return None;
-    }
-    LogSource::state_after_view(view, &compaction, stats, entries)
+    LogSource::state_after_view(view, stats, entries)
         .ok()
         .filter(|s| s.revision() == revision)
 }

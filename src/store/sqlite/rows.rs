@@ -2,18 +2,12 @@
 //! summary (JSON), times as nanoseconds, revisions as integers, a state's lengths as
 //! text; the encodings shared with the PostgreSQL store are in `store::columns`.
 
-use crate::id::Revision;
 use crate::snapshot::Counts;
 
 pub(super) use crate::store::columns::{
-    nanos, nanos_saturating, revision_column, state_counts, summary_json, summary_of, to_i64,
+    nanos, nanos_saturating, revision_column, revision_of, state_counts, summary_json, summary_of,
+    to_i64,
 };
-
-/// A revision read from a column (a negative one, written by hand, is revision 0, which
-/// no session has).
-pub(super) fn revision_of(column: i64) -> Revision {
-    Revision::from_u64(u64::try_from(column).unwrap_or(0))
-}
 
 /// The lengths in a `state_counts` column; `None` if it does not hold three numbers.
 pub(super) fn parse_counts(text: &str) -> Option<Counts> {

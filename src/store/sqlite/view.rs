@@ -240,18 +240,9 @@ impl SqliteSessionStore {
                 Err(_) => return Ok(None),
             }
         }
-        let mut entries = entries.into_iter();
-        let Some((compaction, _)) = entries.next() else {
-            return Ok(None);
-        };
-        if compaction.revision != revision {
-            return Ok(None);
-        }
-        Ok(
-            LogSource::state_after_view(view, &compaction, stats, entries)
-                .ok()
-                .filter(|s| s.revision() == head_revision),
-        )
+        Ok(LogSource::state_after_view(view, stats, entries)
+            .ok()
+            .filter(|s| s.revision() == head_revision))
     }
 
     /// The entries of `id` from revision `from` on; `None` past the store's size limit.
