@@ -62,14 +62,14 @@
 //!   message, assistant tool call, tool result: `make_transcript.py 0 --append-turn`) over
 //!   the stored revision, as a harness does it: the session is loaded once, then extended
 //!   with `SessionSnapshot::with_appended` and saved, turn after turn, and each save appends
-//!   the turn to the journal. Every 16 turns, untimed, the session starts over (deleted,
-//!   saved anew with its N messages, loaded, and given one turn), so every measured save
-//!   adds one turn to a session of N + 3 to N + 48 messages (see `TurnFeeder`).
+//!   the turn to the journal. Every 16 turns, untimed, the session is rewound to its N
+//!   messages (one small entry), and every 1,024 turns it starts over (deleted, saved anew
+//!   with its N messages, loaded, and given one turn), so every measured save adds one
+//!   turn to a view of N to N + 45 messages (see `TurnFeeder`).
 //!   `append_turn/baseline_append_fdatasync`: the turn's bytes (its 3 messages as the
 //!   snapshot encodes them) appended to an open file + `fdatasync`; it does not depend on
 //!   N, so it is measured once. `append_turn/memory_store/N`: the same saves into a
-//!   `MemorySessionStore`, which appends the turn to the state it holds (starting over
-//!   every 1,024 turns instead of 16).
+//!   `MemorySessionStore`, which appends the turn to the state it holds.
 //! - `rewind/file_store/N`: the undo of the last turn, as a harness does it: the session
 //!   of N messages plus a turn, as stored (untimed: the turn appended and saved, through
 //!   the same `TurnFeeder`), rewound in place (`SessionSnapshot::rewind`, one turn) and
@@ -422,15 +422,11 @@ fn append_turn(c: &mut Criterion) {
             turn.clone(),
         );
         save_turns(&mut group, BenchmarkId::new("file_store", n), &feeder);
-        // Starting over far less often: the first append after a whole save grows the
-        // store's list once (a copy of N messages), which a session saving after every
-        // turn pays once, not every 16 turns.
         let memory = MemorySessionStore::new();
         let feeder = TurnFeeder::in_memory(
             &memory,
             snapshot("bench", to_messages(&wire_transcript(n))),
             turn.clone(),
-            MEMORY_RESTART_TURNS,
         );
         save_turns(&mut group, BenchmarkId::new("memory_store", n), &feeder);
     }
@@ -515,31 +511,42 @@ fn rewind(c: &mut Criterion) {
     group.finish();
 }
 
-/// Turns a `MemorySessionStore` appends before the session starts over at N messages.
-const MEMORY_RESTART_TURNS: usize = 1_024;
+/// Turns appended before the session is rewound to its N messages.
+const REWIND_TURNS: usize = 16;
 
-/// Turns appended before the session starts over at its N messages.
-const RESTART_TURNS: usize = 16;
+/// Turns appended before the session starts over (deleted and saved anew), which bounds
+/// its journal: 1,024 turns and 64 rewinds add about 3 MB.
+const RESTART_TURNS: usize = 1_024;
 
 /// Feeds "one more turn" saves: the session of N messages, loaded from the store and
 /// extended by one turn per iteration, as an agent saving after each turn does.
 ///
 /// Every save of a stored session appends an entry (the journal is never folded), so the
 /// session cannot be put back to N messages by saving them again: that would append them
-/// all to its history. Instead, every [`RESTART_TURNS`] turns, untimed, it starts over
-/// ([`start_over`](Self::start_over)): deleted, saved anew with its N messages, loaded
-/// again, and given one turn (whose save creates the journal and syncs the directory,
-/// which a session pays once). So every measured save adds one turn to a session of
-/// N + 3 to N + 48 messages whose history is that long too. (Starting over before every
-/// save would measure a save right after reading N messages, whose caches that read has
-/// just flushed, not the save.)
+/// all to its history. Instead, every [`REWIND_TURNS`] turns, untimed, it is rewound to its
+/// N messages and saved (one small entry, as a harness's `/undo` appends), so every
+/// measured save adds one turn to a view of N to N + 45 messages. Every [`RESTART_TURNS`]
+/// turns it starts over ([`start_over`](Self::start_over)): deleted, saved anew with its N
+/// messages, loaded again, and given one turn (whose save creates the journal and syncs
+/// the directory, which a session pays once), and the file systems are flushed.
+///
+/// Starting over every 16 turns instead (as this did until 2026-12) measured the file
+/// system more than the save: writing and freeing a base of N messages (10 MB at 10,000)
+/// left the file system's journal busy for the next few turns' `fdatasync`s even after a
+/// `sync(1)` and a pause, so those turns took 2 to 4 times as long, and more so the larger
+/// N was (measured with a probe timing each turn after a restart: about 900 µs for turns
+/// 1 to 7 after a restart at 10,000 messages, 250 to 300 µs after them). A rewind writes a
+/// few hundred bytes. (Starting over before every save would measure a save right after
+/// reading N messages, whose caches that read has just flushed, not the save.)
 struct TurnFeeder<'a> {
     store: &'a dyn SessionStore,
     base: SessionSnapshot,
     turn: Vec<Message>,
     current: RefCell<Option<SessionSnapshot>>,
     turns: Cell<usize>,
-    /// Turns between starts over ([`RESTART_TURNS`] unless set).
+    /// Turns between rewinds to N messages ([`REWIND_TURNS`]).
+    rewind: usize,
+    /// Turns between starts over ([`RESTART_TURNS`]).
     restart: usize,
     /// Whether the store writes files: then the file systems are flushed after starting
     /// over ([`settle`]).
@@ -555,20 +562,15 @@ impl<'a> TurnFeeder<'a> {
             turn,
             current: RefCell::new(None),
             turns: Cell::new(0),
+            rewind: REWIND_TURNS,
             restart: RESTART_TURNS,
             on_disk: true,
         }
     }
 
-    /// A feeder for a store in memory, starting over every `restart` turns.
-    fn in_memory(
-        store: &'a dyn SessionStore,
-        base: SessionSnapshot,
-        turn: Vec<Message>,
-        restart: usize,
-    ) -> Self {
+    /// A feeder for a store in memory (nothing to flush when it starts over).
+    fn in_memory(store: &'a dyn SessionStore, base: SessionSnapshot, turn: Vec<Message>) -> Self {
         TurnFeeder {
-            restart,
             on_disk: false,
             ..TurnFeeder::new(store, base, turn)
         }
@@ -600,14 +602,25 @@ impl<'a> TurnFeeder<'a> {
     /// Untimed: the next snapshot to save, one turn longer than the stored one.
     fn next(&self) -> SessionSnapshot {
         let current = self.current.borrow_mut().take();
-        let current = match current {
-            Some(current) if self.turns.get() < self.restart => current,
+        let turns = self.turns.get();
+        let mut current = match current {
+            Some(current) if turns < self.restart => current,
             _ => {
                 self.turns.set(0);
                 self.start_over()
             }
         };
-        self.turns.set(self.turns.get() + 1);
+        let turns = self.turns.get();
+        let n = self.base.transcript().len();
+        let due = turns > 0 && turns % self.rewind == 0;
+        if due && current.transcript().len() > n {
+            current
+                .rewind(RewindTo::Message(n))
+                .expect("rewind to N messages");
+            let revision = self.store.save(&current).expect("save the rewind");
+            current = current.with_revision(revision);
+        }
+        self.turns.set(turns + 1);
         self.extended(current)
     }
 

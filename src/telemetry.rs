@@ -194,6 +194,8 @@ impl Io {
     /// Adds these bytes to the store operation running on this thread (as [`read`] and
     /// [`wrote`] do): for work done on another thread or runtime on its behalf.
     #[inline]
+    // Only the PostgreSQL store works on another runtime's threads.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn hand_over(self) {
         #[cfg(feature = "tracing")]
         enabled::add(self.read, self.written);

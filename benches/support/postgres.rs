@@ -24,9 +24,9 @@
 //!   and a `serde_json` parse into the typed mirror (`support/mirror.rs`), as
 //!   `load/baseline_read_typed/N` is for files.
 //! - `postgres_turn/{file_store,postgres_store}/N`: save of the loaded session of N
-//!   messages extended by one turn (`TurnFeeder`: every 16 turns the session starts over,
-//!   deleted and saved anew with its N messages, then `sync(1)` and a pause, untimed, for
-//!   both stores). Both stores append the turn: the file store to its journal, PostgreSQL
+//!   messages extended by one turn (`TurnFeeder`: every 16 turns the session is rewound
+//!   to its N messages, and every 1,024 it starts over, deleted and saved anew with its N
+//!   messages, then `sync(1)` and a pause, untimed, for both stores). Both stores append the turn: the file store to its journal, PostgreSQL
 //!   one row of `entries`, in the statement that moves the session row's revision.
 //!   `postgres_turn/postgres_floor/N`: that statement (`WITH moved AS (UPDATE sessions …
 //!   RETURNING id) INSERT INTO entries …`), prepared, on copies of the two tables, with

@@ -43,8 +43,11 @@ pub(crate) use compact::{compact_parts, compaction_point, CompactTarget};
 pub(crate) use delta::{Counts, Pending, Provenance};
 pub(crate) use entry::{
     decode_any_head, decode_body, decode_head, entry_of_record, intact_frame, parse_frame_header,
-    push_frame, split_entry, EntryHead, FRAME_HEADER_LEN, FRAME_OVERHEAD,
+    push_frame, split_entry, EntryHead, FRAME_HEADER_LEN,
 };
+// Only the database stores frame a view checkpoint of their own.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use entry::FRAME_OVERHEAD;
 pub use entry::{EntryKind, LogEntry};
 pub(crate) use fork::{shared_prefix_of, SharedPrefix, SHARED_DEPTH_BUDGET};
 pub use fork::{ForkAt, Lineage};
