@@ -17,7 +17,8 @@
 //! - `append_turn/sqlite/10000`: one more turn (user, tool call, tool result:
 //!   `make_transcript.py 0 --append-turn`) onto a session of 10,000 messages, loaded once
 //!   and then extended and saved turn after turn (`Durability::Sync`: WAL, synchronous =
-//!   FULL). `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
+//!   FULL); every 16 turns, untimed, it is rewound to its 10,000 messages (one small
+//!   entry), so the view stays at 10,000 to 10,045 messages while the history grows. `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
 //!   the store writes) appended to an open file + `fdatasync`. Target ≤ 2×. Every call
 //!   is also timed on its own, and the distribution of both (mean, p50, p90, p99, max,
 //!   and what the calls over 1 ms add to the mean) is printed after the group: every
@@ -32,14 +33,14 @@
 //!
 //! Shared, noisy machines: compare the ratios within a run, not times across runs.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_session::{
-    Durability, FileSessionStore, ListCursor, SessionId, SessionStore, SqliteSessionStore,
+    Durability, FileSessionStore, ListCursor, RewindTo, SessionId, SessionStore, SqliteSessionStore,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 
@@ -54,6 +55,8 @@ use sessions::{compact_stored, save_turn_by_turn, snapshot, to_messages, with_tu
 
 const MESSAGES: usize = 10_000;
 const PAGE: usize = 50;
+/// Turns appended before the session is rewound to its [`MESSAGES`] (untimed).
+const REWIND_TURNS: usize = 16;
 const LIST_SESSIONS: usize = 100_000;
 
 fn list_sessions() -> usize {
@@ -159,18 +162,37 @@ fn append_turn(c: &mut Criterion) {
         .expect("encode");
     // Owned, never cloned: a clone shares the transcript, and extending it would copy
     // all 10,000 messages (what a harness, which extends its own session, never does).
-    let mut current = Some(loaded);
+    // (In a cell: the untimed rewind and the timed save both take it.)
+    let current = RefCell::new(Some(loaded));
     let mut group = c.benchmark_group("append_turn");
     // Each iteration timed on its own as well, for the distribution: the mean criterion
     // reports is set by a tail (checkpoints, index moves) that the median does not see.
     let mut saves = Vec::new();
+    let mut turns = 0_usize;
     group.bench_function(BenchmarkId::new("sqlite", MESSAGES), |b| {
         b.iter_custom(|iterations| {
-            timed_each(iterations, &mut saves, || {
-                let next = with_turn(current.take().expect("the session"), turn.clone());
-                let revision = store.save(&next).expect("save a turn");
-                current = Some(next.stored_at(revision));
-            })
+            timed_each(
+                iterations,
+                &mut saves,
+                || {
+                    // Untimed, every 16 turns: back to 10,000 messages (one small entry),
+                    // so every turn is measured onto 10,000 to 10,045 messages.
+                    turns += 1;
+                    if turns % REWIND_TURNS == 0 {
+                        let mut session = current.take().expect("the session");
+                        session
+                            .rewind(RewindTo::Message(MESSAGES))
+                            .expect("rewind to 10,000 messages");
+                        let revision = store.save(&session).expect("save the rewind");
+                        current.replace(Some(session.stored_at(revision)));
+                    }
+                },
+                || {
+                    let next = with_turn(current.take().expect("the session"), turn.clone());
+                    let revision = store.save(&next).expect("save a turn");
+                    current.replace(Some(next.stored_at(revision)));
+                },
+            )
         });
     });
     let mut journal = OpenOptions::new()
@@ -181,17 +203,25 @@ fn append_turn(c: &mut Criterion) {
     let mut appends = Vec::new();
     group.bench_function("baseline_append_fdatasync", |b| {
         b.iter_custom(|iterations| {
-            timed_each(iterations, &mut appends, || {
-                journal.write_all(&entry_bytes).expect("append");
-                journal.sync_data().expect("fdatasync");
-            })
+            timed_each(
+                iterations,
+                &mut appends,
+                || {},
+                || {
+                    journal.write_all(&entry_bytes).expect("append");
+                    journal.sync_data().expect("fdatasync");
+                },
+            )
         });
     });
     group.finish();
     eprintln!(
-        "append_turn: the turn's entry is {} bytes; the session reached {} messages",
+        "append_turn: the turn's entry is {} bytes; the session's view ended at {} messages",
         entry_bytes.len(),
-        current.as_ref().map_or(0, |s| s.transcript().len())
+        current
+            .borrow()
+            .as_ref()
+            .map_or(0, |s| s.transcript().len())
     );
     eprintln!("append_turn/sqlite/{MESSAGES}: {}", distribution(saves));
     eprintln!(
@@ -200,10 +230,17 @@ fn append_turn(c: &mut Criterion) {
     );
 }
 
-/// Runs `work` `iterations` times, each timed on its own into `times`; the total.
-fn timed_each(iterations: u64, times: &mut Vec<Duration>, mut work: impl FnMut()) -> Duration {
+/// Runs `work` `iterations` times, each after an untimed `prepare` and timed on its own
+/// into `times`; the total.
+fn timed_each(
+    iterations: u64,
+    times: &mut Vec<Duration>,
+    mut prepare: impl FnMut(),
+    mut work: impl FnMut(),
+) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iterations {
+        prepare();
         let start = Instant::now();
         work();
         let took = start.elapsed();
