@@ -3,9 +3,9 @@
 //! message by message; a compaction puts a summary naming the last position it replaced
 //! in place of the messages before the ones it keeps.
 //!
-//! Included by `tests/sqlite_kill.rs` and `tests/sqlite_power_loss.rs` with `#[path]`.
-
-use std::path::Path;
+//! Included by `tests/sqlite_kill.rs`, `tests/sqlite_power_loss.rs` and
+//! `tests/postgres_kill.rs` with `#[path]`.
+#![allow(dead_code)] // each test binary uses part of it
 
 use agent_session::{Compaction, Message, SessionId, SessionSnapshot};
 
@@ -17,7 +17,13 @@ pub fn summary_text(id: &SessionId, replaced: usize) -> String {
 /// The position of the last message of `snapshot`'s view: a compaction's summary first
 /// stands for the messages it replaced, and every other message is one position more.
 pub fn last_position(snapshot: &SessionSnapshot) -> usize {
-    let prefix = format!("{}:summary:", snapshot.id());
+    last_position_as(snapshot, snapshot.id())
+}
+
+/// [`last_position`] of a snapshot holding session `id`'s messages (a fork holds its
+/// parent's).
+pub fn last_position_as(snapshot: &SessionSnapshot, id: &SessionId) -> usize {
+    let prefix = format!("{id}:summary:");
     let view = snapshot.transcript();
     match view
         .first()
@@ -35,12 +41,20 @@ pub fn check_positions(
     snapshot: &SessionSnapshot,
     message: impl Fn(&SessionId, usize) -> String,
 ) -> Result<usize, String> {
-    let id = snapshot.id();
+    check_positions_as(snapshot, snapshot.id(), message)
+}
+
+/// [`check_positions`] of a snapshot holding session `id`'s messages (a fork of `id`).
+pub fn check_positions_as(
+    snapshot: &SessionSnapshot,
+    id: &SessionId,
+    message: impl Fn(&SessionId, usize) -> String,
+) -> Result<usize, String> {
     let n = snapshot.transcript().len();
     if n == 0 {
-        return Err(format!("{id}: no messages"));
+        return Err(format!("{}: no messages", snapshot.id()));
     }
-    let first = last_position(snapshot) + 1 - n;
+    let first = last_position_as(snapshot, id) + 1 - n;
     for (i, m) in snapshot.transcript().iter().enumerate() {
         let expected = if first > 1 && i == 0 {
             summary_text(id, first)
@@ -48,7 +62,11 @@ pub fn check_positions(
             message(id, first + i)
         };
         if m.text() != expected {
-            return Err(format!("{id}: message {} is not that state's", i + 1));
+            return Err(format!(
+                "{}: message {} is not that state's",
+                snapshot.id(),
+                i + 1
+            ));
         }
     }
     Ok(n)
@@ -70,7 +88,8 @@ pub fn compacted(mut snapshot: SessionSnapshot, keep: usize) -> SessionSnapshot 
 
 /// Whether the `SqliteSessionStore` database at `db` holds a view checkpoint (a row of
 /// `views`, tables version 4).
-pub fn has_a_view(db: &Path) -> bool {
+#[cfg(feature = "sqlite")]
+pub fn has_a_view(db: &std::path::Path) -> bool {
     rusqlite::Connection::open(db)
         .and_then(|c| c.query_row("SELECT count(*) FROM views", [], |r| r.get::<_, i64>(0)))
         .is_ok_and(|views| views > 0)

@@ -1,0 +1,501 @@
+//! SIGKILL of a process working on a `PostgresSessionStore` in the middle of its saves,
+//! rewinds, compactions, restores, forks and history trims (issues 14 and 18: the
+//! PostgreSQL store's own kill suite, beside `tests/kill_during_save.rs` for the file store
+//! and `tests/sqlite_kill.rs` for SQLite).
+//!
+//! The parent test starts this same test binary again to run only
+//! [`postgres_kill_child_works_until_killed`], which connects to the server of
+//! `AGENT_SESSION_POSTGRES_URL` (started by `scripts/test`), on a schema the parent made,
+//! and runs [`SAVERS`] threads. Each works on its own session and, one time in three, on a
+//! session shared by all of them (load, append, save; reloaded on conflict), as a harness
+//! does; on its own session it also rewinds the last turn, restores a random earlier
+//! revision, forks the session into one of a few forks of its own (deleting the fork
+//! first), and trims the history before a random revision. Each message is
+//! [`message`]`(id, position)`, a 0.5-8 KB text derived from the session and its
+//! position, so a mix of two states or an entry applied to the wrong state is caught;
+//! every seventh revision compacts all but the last two messages into a summary naming
+//! the last position it replaced (`tests/common/positions.rs`), and a session whose last
+//! message reached position [`MAX_MESSAGES`] starts over as a new session under the same id (which a fork of
+//! it must outlive). After each `Ok` the child prints an acknowledgement: `saved <id>
+//! <revision> <kind>`, or `deleted <id>`; before it deletes a fork it prints `deleting
+//! <id>`, since a delete that lands but is killed before its acknowledgement takes the
+//! fork's acknowledged save with it.
+//!
+//! The parent kills the child with SIGKILL a random 0-150 ms after it reports that it
+//! started, on the same schema every time, waits for the server to end the child's
+//! connections (a statement in flight may still commit), and after every kill checks: every listed session loads as exactly a state (a fork as a state of its parent),
+//! its history loads, a random earlier revision loads as a state too, the listing reports
+//! nothing unreadable and agrees with the loads, no revision of a saver's session goes
+//! backwards, and no acknowledged save is lost. The server outlives the kills: what this
+//! checks is that a client killed anywhere in an operation leaves every session whole (the
+//! transaction of an operation commits entirely or not at all) and never loses what it
+//! acknowledged. What a committed transaction survives (a crash of the server, a power
+//! cut) is PostgreSQL's write-ahead log, with `fsync` and `synchronous_commit` on.
+//!
+//! Negative control: [`postgres_kill_checks_catch_an_early_acknowledgement_and_a_mixed_state`]
+//! runs the same kill loop with a child that acknowledges its own session's appends
+//! before it saves them (an acknowledgement a kill can make false), and requires the loop
+//! to report a lost acknowledged save; and it saves a state no operation makes (a message
+//! of another position) and requires the checks to refuse it.
+//!
+//! `cargo test --all-features --test postgres_kill` runs 100 kills (`scripts/test` starts
+//! the server); `AGENT_SESSION_LONG=1` runs 1,000. `AGENT_SESSION_SEED` replays a run's
+//! delays and operations.
+#![cfg(all(unix, feature = "postgres"))]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[path = "common/postgres.rs"]
+mod pg;
+#[path = "common/positions.rs"]
+mod positions;
+#[path = "common/seeded.rs"]
+mod seeded;
+
+use agent_session::{
+    ForkAt, Message, PostgresSessionStore, Revision, RewindTo, SessionId, SessionSnapshot,
+    SessionStore, SessionStoreExt,
+};
+
+use positions::{check_positions_as, compacted, last_position};
+use seeded::{run_seed, Rng};
+
+const SCHEMA_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_SCHEMA";
+const SEED_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_CHILD_SEED";
+/// Set (to `1`) for the negative control's child: it acknowledges its own session's
+/// appends before saving them.
+const EARLY_ACK_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_EARLY_ACK";
+const LONG_ENV: &str = "AGENT_SESSION_LONG";
+const CHILD_TEST: &str = "postgres_kill_child_works_until_killed";
+const STARTED: &str = "child-started";
+const SAVERS: usize = 3;
+const SHARED: &str = "shared";
+/// Forks each saver keeps (`fork-<saver>-<n>`), each deleted before it is made again.
+const FORKS: usize = 3;
+const DEFAULT_KILLS: usize = 100;
+const LONG_KILLS: usize = 1_000;
+/// Kills the negative control may take to catch its false acknowledgement.
+const CONTROL_KILLS: usize = 100;
+const MAX_DELAY_MICROS: u64 = 150_000;
+/// Sessions start over (a new session under the same id, written whole, which the forks
+/// made of it must outlive) once their last message is at this position.
+const MAX_MESSAGES: usize = 60;
+
+fn sid(s: &str) -> SessionId {
+    SessionId::parse(s).expect("valid id")
+}
+
+fn own(saver: usize) -> SessionId {
+    sid(&format!("own-{saver}"))
+}
+
+/// The text of message `position` (from 1) of session `id`.
+fn message(id: &SessionId, position: usize) -> String {
+    let len = 500 + (position * 7_919) % 7_500;
+    let unit = format!("{id}:{position}|");
+    let mut text = unit.repeat(len / unit.len() + 1);
+    text.truncate(len);
+    text
+}
+
+/// Whose messages `snapshot` holds: its parent's for a fork, else its own.
+fn owner(snapshot: &SessionSnapshot) -> &SessionId {
+    snapshot
+        .lineage()
+        .map_or(snapshot.id(), |lineage| &lineage.parent)
+}
+
+/// The revision of `snapshot` if it is exactly a state (`Err` for anything else): its
+/// owner's messages in order from position 1, or a compaction's summary and the messages
+/// after those it replaced.
+fn verify(snapshot: &SessionSnapshot) -> Result<u64, String> {
+    check_positions_as(snapshot, owner(snapshot), message)?;
+    Ok(snapshot.revision().as_u64())
+}
+
+/// The next state of `loaded`: one more message, or every seventh revision (once it has
+/// 8 messages) a compaction of all but its last two; a fresh session (saved over the
+/// revision it had, so revisions only grow) once its last position is
+/// [`MAX_MESSAGES`].
+fn next_state(id: &SessionId, loaded: Option<SessionSnapshot>) -> (SessionSnapshot, &'static str) {
+    match loaded {
+        Some(loaded)
+            if loaded.transcript().len() >= 8 && loaded.revision().as_u64().is_multiple_of(7) =>
+        {
+            (compacted(loaded, 2), "compaction")
+        }
+        Some(loaded) if last_position(&loaded) < MAX_MESSAGES => {
+            let last = last_position(&loaded);
+            let next = loaded
+                .with_appended(
+                    vec![Message::user(message(id, last + 1))],
+                    vec![],
+                    chrono::Utc::now(),
+                )
+                .expect("append");
+            (next, "turn")
+        }
+        other => {
+            let revision = other.map_or(Revision::NEW, |s| s.revision());
+            let fresh = SessionSnapshot::builder(id.clone(), "kill-test")
+                .transcript(vec![Message::user(message(id, 1))])
+                .build()
+                .expect("build")
+                .with_revision(revision);
+            (fresh, "start-over")
+        }
+    }
+}
+
+fn load_if_stored(store: &PostgresSessionStore, id: &SessionId) -> Option<SessionSnapshot> {
+    match store.load(id) {
+        Ok(loaded) => Some(loaded),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => panic!("child load {id}: {e}"),
+    }
+}
+
+/// One load-change-save of `id` (the next state), retried on conflict; acknowledged
+/// after it returns, or before with `early_ack`.
+fn save_next(store: &PostgresSessionStore, id: &SessionId, early_ack: bool) {
+    loop {
+        let (next, kind) = next_state(id, load_if_stored(store, id));
+        if early_ack {
+            println!("saved {id} {} {kind}", next.revision().next());
+        }
+        match store.save(&next) {
+            Ok(revision) => {
+                if !early_ack {
+                    println!("saved {id} {revision} {kind}");
+                }
+                return;
+            }
+            Err(e) if e.is_conflict() && !early_ack => {}
+            Err(e) => panic!("child save {id}: {e}"),
+        }
+    }
+}
+
+/// One operation of saver `saver` on its own session (which no other thread writes).
+fn work_on_own(store: &PostgresSessionStore, saver: usize, rng: &mut Rng, early_ack: bool) {
+    let id = own(saver);
+    let pick = rng.below(100);
+    let Some(stored) = load_if_stored(store, &id).filter(|_| pick < 40) else {
+        return save_next(store, &id, early_ack);
+    };
+    match pick {
+        // The undo of the last turn, kept to a view of two messages or more (a view of
+        // the summary alone is a state; an empty one is not what this model makes).
+        0..10 if stored.transcript().len() >= 3 => {
+            let rewound = store
+                .rewind(&id, RewindTo::LastTurns(1))
+                .unwrap_or_else(|e| panic!("child rewind {id}: {e}"));
+            println!("saved {id} {} rewind", rewound.revision());
+        }
+        10..20 => {
+            let revisions = store.revisions(&id).expect("revisions");
+            let back = revisions[rng.below(revisions.len())].revision;
+            let revision = store
+                .restore(&id, back)
+                .unwrap_or_else(|e| panic!("child restore {id} to {back}: {e}"));
+            println!("saved {id} {revision} restore");
+        }
+        20..30 => {
+            let fork = sid(&format!("fork-{saver}-{}", rng.below(FORKS)));
+            // Said before the delete: a delete that lands but is killed before it is
+            // acknowledged still takes the fork's acknowledged save with it.
+            println!("deleting {fork}");
+            match store.delete(&fork) {
+                Ok(()) => println!("deleted {fork}"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => panic!("child delete {fork}: {e}"),
+            }
+            let made = store
+                .fork(&id, ForkAt::End, fork.clone())
+                .unwrap_or_else(|e| panic!("child fork {id} into {fork}: {e}"));
+            println!("saved {fork} {} fork", made.revision());
+        }
+        30..40 => {
+            let revisions = store.revisions(&id).expect("revisions");
+            let oldest = revisions[rng.below(revisions.len())].revision;
+            store
+                .trim_history(&id, oldest)
+                .unwrap_or_else(|e| panic!("child trim {id} before {oldest}: {e}"));
+            println!("trimmed {id} {oldest}");
+        }
+        _ => save_next(store, &id, early_ack),
+    }
+}
+
+/// The child: works until killed (or, if never killed, for a while).
+#[test]
+fn postgres_kill_child_works_until_killed() {
+    let Some(schema) = std::env::var_os(SCHEMA_ENV) else {
+        return;
+    };
+    let schema = schema.into_string().expect("a UTF-8 schema name");
+    let seed: u64 = std::env::var(SEED_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let early_ack = std::env::var_os(EARLY_ACK_ENV).is_some_and(|v| v == "1");
+    // Named after the schema, so the parent can wait for the server to end this child's
+    // connections after killing it.
+    let store = PostgresSessionStore::builder()
+        .schema(&schema)
+        .connect(&format!("{} application_name={schema}", pg::url()))
+        .expect("child connects");
+    let store = std::sync::Arc::new(store);
+    println!("{STARTED}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let threads: Vec<_> = (0..SAVERS)
+        .map(|saver| {
+            let store = std::sync::Arc::clone(&store);
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(seed, saver as u64 + 1);
+                let shared = sid(SHARED);
+                let mut turn = 0usize;
+                while Instant::now() < deadline {
+                    turn += 1;
+                    if turn.is_multiple_of(3) {
+                        save_next(&store, &shared, false);
+                    } else {
+                        work_on_own(&store, saver, &mut rng, early_ack);
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("saver");
+    }
+}
+
+/// Checks every session of `store` loads as exactly a state, with its history and a
+/// random earlier revision; returns each session's revision.
+fn check_store(
+    store: &PostgresSessionStore,
+    rng: &mut Rng,
+) -> Result<BTreeMap<SessionId, u64>, String> {
+    let listing = store.list().map_err(|e| format!("list: {e}"))?;
+    if !listing.unreadable.is_empty() {
+        return Err(format!("unreadable: {:?}", listing.unreadable));
+    }
+    let mut found = BTreeMap::new();
+    for listed in &listing.sessions {
+        let id = &listed.id;
+        let loaded = store.load(id).map_err(|e| format!("load {id}: {e}"))?;
+        let revision = verify(&loaded)?;
+        if listed.revision.as_u64() != revision || listed.message_count != loaded.transcript().len()
+        {
+            return Err(format!("{id}: the listing disagrees with the load"));
+        }
+        store
+            .history(id)
+            .map_err(|e| format!("history {id}: {e}"))?;
+        let revisions = store
+            .revisions(id)
+            .map_err(|e| format!("revisions {id}: {e}"))?;
+        let pick = revisions
+            .get(rng.below(revisions.len()))
+            .ok_or_else(|| format!("{id}: no revisions listed"))?;
+        let past = store
+            .load_at(id, pick.revision)
+            .map_err(|e| format!("load_at {id} {}: {e}", pick.revision))?;
+        verify(&past)?;
+        found.insert(id.clone(), revision);
+    }
+    Ok(found)
+}
+
+/// Waits until the server has ended the connections of the killed child (named
+/// `schema`). A statement the child sent before it died may still be running, and its
+/// transaction commit after the kill: checking before then could see the listing and a
+/// load straddle that commit.
+fn wait_for_connections_to_end(schema: &str) {
+    let query =
+        format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{schema}'");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pg::query_text(&query) != ["0"] {
+        assert!(
+            Instant::now() < deadline,
+            "the server kept the killed child's connections for a minute"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What a kill loop saw.
+#[derive(Debug, Default)]
+struct Report {
+    kills: usize,
+    acknowledged: BTreeMap<String, usize>,
+    sessions_checked: usize,
+}
+
+/// Starts the child `kills` times on `schema`, kills it, and checks the store after
+/// each kill; the first violation as `Err`.
+fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Report, String> {
+    let mut rng = Rng::new(seed, 0);
+    let checker = pg::connect(schema);
+    // Per session, the last acknowledgement of the current child: a revision, or `None`
+    // for a delete (after which the session may be absent, or made again unacknowledged).
+    let mut acknowledged: BTreeMap<SessionId, Option<u64>> = BTreeMap::new();
+    let mut last: BTreeMap<SessionId, u64> = BTreeMap::new();
+    let mut report = Report::default();
+    for kill in 0..kills {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(SCHEMA_ENV, schema)
+            .env(SEED_ENV, (seed ^ (kill as u64 + 1)).to_string())
+            .env(EARLY_ACK_ENV, if early_ack { "1" } else { "0" })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the child");
+        let stdout = child.stdout.take().expect("stdout");
+        let (lines_tx, lines) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            match lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) if line.contains(STARTED) => break,
+                Ok(_) => {}
+                Err(e) => panic!("the child never started ({e}; seed {seed})"),
+            }
+        }
+        std::thread::sleep(Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1)));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        reader.join().expect("reader");
+        wait_for_connections_to_end(schema);
+        // The child prints each thread's acknowledgements in order, and each session is
+        // written by one thread (the shared one's saves are compare-and-swapped), so the
+        // last line per session is its last acknowledgement.
+        for line in lines.try_iter() {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            match parts.as_slice() {
+                ["saved", id, revision, kind] => {
+                    let revision: u64 = revision.parse().expect("a revision");
+                    let id = sid(id);
+                    // A shared session's acknowledgements come from several threads: keep
+                    // the highest.
+                    let entry = acknowledged.entry(id).or_insert(None);
+                    *entry = Some(entry.map_or(revision, |before| before.max(revision)));
+                    *report.acknowledged.entry((*kind).to_owned()).or_default() += 1;
+                }
+                ["deleting" | "deleted", id] => {
+                    acknowledged.insert(sid(id), None);
+                }
+                ["trimmed", ..] => {
+                    *report.acknowledged.entry("trim".to_owned()).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+        let found = check_store(&checker, &mut rng)
+            .map_err(|e| format!("after kill {kill} (seed {seed}): {e}"))?;
+        report.sessions_checked += found.len();
+        for (id, revision) in &acknowledged {
+            let Some(revision) = revision else { continue };
+            let stored = found.get(id).copied().unwrap_or(0);
+            if stored < *revision {
+                return Err(format!(
+                    "after kill {kill} (seed {seed}): {id} acknowledged at {revision} but stored at {stored}"
+                ));
+            }
+        }
+        // The savers' sessions only move forward (one that starts over is saved over its
+        // revision); forks are deleted and made again.
+        for (id, before) in last
+            .iter()
+            .filter(|(id, _)| !id.as_str().starts_with("fork-"))
+        {
+            let now = found.get(id).copied().unwrap_or(0);
+            if now < *before {
+                return Err(format!(
+                    "after kill {kill} (seed {seed}): {id} went back from revision {before} to {now}"
+                ));
+            }
+        }
+        last = found;
+        acknowledged.clear();
+        report.kills += 1;
+    }
+    Ok(report)
+}
+
+#[test]
+fn postgres_every_acknowledged_operation_survives_sigkill() {
+    let kills = if std::env::var_os(LONG_ENV).is_some_and(|v| v == "1") {
+        LONG_KILLS
+    } else {
+        DEFAULT_KILLS
+    };
+    let seed = run_seed();
+    let schemas = pg::Schemas::new();
+    let store = schemas.store();
+    let report = kill_loop(store.schema(), kills, seed, false).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "postgres kill test: {} kills, {} session checks, acknowledged: {:?} (seed {seed})",
+        report.kills, report.sessions_checked, report.acknowledged
+    );
+    for kind in [
+        "turn",
+        "compaction",
+        "start-over",
+        "rewind",
+        "restore",
+        "fork",
+        "trim",
+    ] {
+        assert!(
+            report.acknowledged.get(kind).is_some_and(|n| *n > 0),
+            "no {kind} was acknowledged in {kills} kills: the run checked nothing of it (seed {seed})"
+        );
+    }
+}
+
+/// The negative control of the checks above: a child that acknowledges before it saves
+/// (so a kill can falsify an acknowledgement) must be caught by the same loop, and a
+/// state no operation makes must be refused by the same checks.
+#[test]
+fn postgres_kill_checks_catch_an_early_acknowledgement_and_a_mixed_state() {
+    let seed = run_seed();
+    let schemas = pg::Schemas::new();
+    let store = schemas.store();
+    match kill_loop(store.schema(), CONTROL_KILLS, seed, true) {
+        Err(e) => {
+            assert!(e.contains("acknowledged at"), "caught, but not as a lost save: {e}");
+            println!("postgres kill control: caught {e}");
+        }
+        Ok(report) => panic!(
+            "{} kills of a child that acknowledges before saving, and no lost save caught (seed {seed})",
+            report.kills
+        ),
+    }
+    // A state no operation makes: message 2 where the next message belongs.
+    let id = own(0);
+    let loaded = store.load(&id).expect("load");
+    let wrong = last_position(&loaded).saturating_sub(1).max(1);
+    let mixed = loaded
+        .with_appended(
+            vec![Message::user(message(&id, wrong))],
+            vec![],
+            chrono::Utc::now(),
+        )
+        .expect("append");
+    store.save(&mixed).expect("save");
+    let caught = check_store(&store, &mut Rng::new(seed, 9)).expect_err("a mixed state is caught");
+    assert!(caught.contains("not that state's"), "{caught}");
+}
