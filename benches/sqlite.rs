@@ -178,7 +178,7 @@ fn append_turn(c: &mut Criterion) {
                     // Untimed, every 16 turns: back to 10,000 messages (one small entry),
                     // so every turn is measured onto 10,000 to 10,045 messages.
                     turns += 1;
-                    if turns % REWIND_TURNS == 0 {
+                    if turns.is_multiple_of(REWIND_TURNS) {
                         let mut session = current.take().expect("the session");
                         session
                             .rewind(RewindTo::Message(MESSAGES))
