@@ -44,11 +44,11 @@
 #![cfg(all(unix, feature = "postgres"))]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
+#[path = "common/killed_child.rs"]
+mod killed_child;
 #[path = "common/postgres.rs"]
 mod pg;
 #[path = "common/positions.rs"]
@@ -57,11 +57,12 @@ mod positions;
 mod seeded;
 
 use agent_session::{
-    ForkAt, Message, PostgresSessionStore, Revision, RewindTo, SessionId, SessionSnapshot,
-    SessionStore, SessionStoreExt,
+    ForkAt, Message, PostgresSessionStore, RewindTo, SessionId, SessionSnapshot, SessionStore,
+    SessionStoreExt,
 };
 
-use positions::{check_positions_as, compacted, last_position};
+use killed_child::run_until_killed;
+use positions::{check_positions_as, last_position, message, next_state};
 use seeded::{run_seed, Rng};
 
 const SCHEMA_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_SCHEMA";
@@ -93,15 +94,6 @@ fn own(saver: usize) -> SessionId {
     sid(&format!("own-{saver}"))
 }
 
-/// The text of message `position` (from 1) of session `id`.
-fn message(id: &SessionId, position: usize) -> String {
-    let len = 500 + (position * 7_919) % 7_500;
-    let unit = format!("{id}:{position}|");
-    let mut text = unit.repeat(len / unit.len() + 1);
-    text.truncate(len);
-    text
-}
-
 /// Whose messages `snapshot` holds: its parent's for a fork, else its own.
 fn owner(snapshot: &SessionSnapshot) -> &SessionId {
     snapshot
@@ -117,40 +109,6 @@ fn verify(snapshot: &SessionSnapshot) -> Result<u64, String> {
     Ok(snapshot.revision().as_u64())
 }
 
-/// The next state of `loaded`: one more message, or every seventh revision (once it has
-/// 8 messages) a compaction of all but its last two; a fresh session (saved over the
-/// revision it had, so revisions only grow) once its last position is
-/// [`MAX_MESSAGES`].
-fn next_state(id: &SessionId, loaded: Option<SessionSnapshot>) -> (SessionSnapshot, &'static str) {
-    match loaded {
-        Some(loaded)
-            if loaded.transcript().len() >= 8 && loaded.revision().as_u64().is_multiple_of(7) =>
-        {
-            (compacted(loaded, 2), "compaction")
-        }
-        Some(loaded) if last_position(&loaded) < MAX_MESSAGES => {
-            let last = last_position(&loaded);
-            let next = loaded
-                .with_appended(
-                    vec![Message::user(message(id, last + 1))],
-                    vec![],
-                    chrono::Utc::now(),
-                )
-                .expect("append");
-            (next, "turn")
-        }
-        other => {
-            let revision = other.map_or(Revision::NEW, |s| s.revision());
-            let fresh = SessionSnapshot::builder(id.clone(), "kill-test")
-                .transcript(vec![Message::user(message(id, 1))])
-                .build()
-                .expect("build")
-                .with_revision(revision);
-            (fresh, "start-over")
-        }
-    }
-}
-
 fn load_if_stored(store: &PostgresSessionStore, id: &SessionId) -> Option<SessionSnapshot> {
     match store.load(id) {
         Ok(loaded) => Some(loaded),
@@ -163,7 +121,8 @@ fn load_if_stored(store: &PostgresSessionStore, id: &SessionId) -> Option<Sessio
 /// after it returns, or before with `early_ack`.
 fn save_next(store: &PostgresSessionStore, id: &SessionId, early_ack: bool) {
     loop {
-        let (next, kind) = next_state(id, load_if_stored(store, id));
+        let (next, kind) = next_state(id, load_if_stored(store, id), MAX_MESSAGES);
+        let kind = kind.word();
         if early_ack {
             println!("saved {id} {} {kind}", next.revision().next());
         }
@@ -348,41 +307,25 @@ fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<R
     let mut last: BTreeMap<SessionId, u64> = BTreeMap::new();
     let mut report = Report::default();
     for kill in 0..kills {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
-            .env(SCHEMA_ENV, schema)
-            .env(SEED_ENV, (seed ^ (kill as u64 + 1)).to_string())
-            .env(EARLY_ACK_ENV, if early_ack { "1" } else { "0" })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the child");
-        let stdout = child.stdout.take().expect("stdout");
-        let (lines_tx, lines) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            match lines.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) if line.contains(STARTED) => break,
-                Ok(_) => {}
-                Err(e) => panic!("the child never started ({e}; seed {seed})"),
-            }
-        }
-        std::thread::sleep(Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1)));
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-        reader.join().expect("reader");
+        let child_seed = (seed ^ (kill as u64 + 1)).to_string();
+        let early = if early_ack { "1" } else { "0" };
+        let delay = Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1));
+        let lines = run_until_killed(
+            CHILD_TEST,
+            &[
+                (SCHEMA_ENV, OsStr::new(schema)),
+                (SEED_ENV, OsStr::new(&child_seed)),
+                (EARLY_ACK_ENV, OsStr::new(early)),
+            ],
+            STARTED,
+            delay,
+        )
+        .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
         wait_for_connections_to_end(schema);
         // The child prints each thread's acknowledgements in order, and each session is
         // written by one thread (the shared one's saves are compare-and-swapped), so the
         // last line per session is its last acknowledgement.
-        for line in lines.try_iter() {
+        for line in &lines {
             let parts: Vec<&str> = line.split_whitespace().collect();
             match parts.as_slice() {
                 ["saved", id, revision, kind] => {

@@ -38,22 +38,20 @@
 #![cfg(all(unix, feature = "sqlite"))]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[path = "common/killed_child.rs"]
+mod killed_child;
 #[path = "common/positions.rs"]
 mod positions;
 #[path = "common/seeded.rs"]
 mod seeded;
 
-use agent_session::{
-    Message, Revision, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore,
-};
+use agent_session::{Message, SessionId, SessionSnapshot, SessionStore, SqliteSessionStore};
 
-use positions::{check_positions, compacted, has_a_view, last_position};
+use killed_child::run_until_killed;
+use positions::{check_positions, has_a_view, message, next_state};
 use seeded::{run_seed, Rng};
 
 const DB_ENV: &str = "AGENT_SESSION_SQLITE_KILL_DB";
@@ -65,8 +63,8 @@ const SHARED: &str = "shared";
 const DEFAULT_KILLS: usize = 120;
 const LONG_KILLS: usize = 1_200;
 const MAX_DELAY_MICROS: u64 = 150_000;
-/// Sessions start over (a new session under the same id, written whole) past this many
-/// messages, so the run stays bounded.
+/// Sessions start over (a new session under the same id, written whole) once their last
+/// message is at this position, so the run stays bounded.
 const MAX_MESSAGES: usize = 200;
 
 fn sid(s: &str) -> SessionId {
@@ -79,15 +77,6 @@ fn session_ids() -> Vec<SessionId> {
     ids
 }
 
-/// The text of message `position` (from 1) of session `id`.
-fn message(id: &SessionId, position: usize) -> String {
-    let len = 500 + (position * 7_919) % 7_500;
-    let unit = format!("{id}:{position}|");
-    let mut text = unit.repeat(len / unit.len() + 1);
-    text.truncate(len);
-    text
-}
-
 /// The revision of `snapshot` if it is exactly a state (`Err` for anything else): its
 /// messages in order from position 1, or a compaction's summary and the messages after
 /// those it replaced. A session that starts over is saved as one message over the
@@ -96,38 +85,6 @@ fn message(id: &SessionId, position: usize) -> String {
 fn verify(snapshot: &SessionSnapshot) -> Result<u64, String> {
     check_positions(snapshot, message)?;
     Ok(snapshot.revision().as_u64())
-}
-
-/// The next state of `loaded`: one more message, or every seventh revision (once it has
-/// 8 messages) a compaction of all but its last two, whose state the store keeps as a
-/// view checkpoint that later loads start from; a fresh session when it has grown too
-/// long.
-fn next_state(id: &SessionId, loaded: Option<SessionSnapshot>) -> SessionSnapshot {
-    match loaded {
-        Some(loaded)
-            if loaded.transcript().len() >= 8 && loaded.revision().as_u64().is_multiple_of(7) =>
-        {
-            compacted(loaded, 2)
-        }
-        Some(loaded) if loaded.transcript().len() < MAX_MESSAGES => {
-            let last = last_position(&loaded);
-            loaded
-                .with_appended(
-                    vec![Message::user(message(id, last + 1))],
-                    vec![],
-                    chrono::Utc::now(),
-                )
-                .expect("append")
-        }
-        other => {
-            let revision = other.map_or(Revision::NEW, |s| s.revision());
-            SessionSnapshot::builder(id.clone(), "kill-test")
-                .transcript(vec![Message::user(message(id, 1))])
-                .build()
-                .expect("build")
-                .with_revision(revision)
-        }
-    }
 }
 
 /// The child: saves until killed (or, if never killed, for a while).
@@ -159,7 +116,7 @@ fn sqlite_kill_child_saves_until_killed() {
                             Err(e) if e.is_not_found() => None,
                             Err(e) => panic!("child load {id}: {e}"),
                         };
-                        let next = next_state(id, loaded);
+                        let (next, _) = next_state(id, loaded, MAX_MESSAGES);
                         match store.save(&next) {
                             Ok(revision) => {
                                 println!("saved {id} {revision}");
@@ -262,36 +219,10 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
     let mut last: BTreeMap<SessionId, u64> = BTreeMap::new();
     let (mut total_acks, mut images_checked, mut with_views) = (0usize, 0usize, 0usize);
     for kill in 0..kills {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
-            .env(DB_ENV, &db)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the child");
-        let stdout = child.stdout.take().expect("stdout");
-        let (lines_tx, lines) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        // Wait for the start, then kill after a random delay.
-        loop {
-            match lines.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) if line.contains(STARTED) => break,
-                Ok(_) => {}
-                Err(e) => panic!("the child never started ({e}; seed {seed})"),
-            }
-        }
-        std::thread::sleep(Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1)));
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-        reader.join().expect("reader");
-        for line in lines.try_iter() {
+        let delay = Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1));
+        let lines = run_until_killed(CHILD_TEST, &[(DB_ENV, db.as_os_str())], STARTED, delay)
+            .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+        for line in &lines {
             let mut parts = line.split_whitespace();
             if parts.next() != Some("saved") {
                 continue;
@@ -355,7 +286,10 @@ fn sqlite_kill_checks_catch_a_lost_save_and_a_mixed_state() {
     let store = SqliteSessionStore::open(&db).expect("open");
     let save_next = |id: &SessionId| -> u64 {
         let loaded = store.load(id).ok();
-        store.save(&next_state(id, loaded)).expect("save").as_u64()
+        store
+            .save(&next_state(id, loaded, MAX_MESSAGES).0)
+            .expect("save")
+            .as_u64()
     };
     for id in session_ids() {
         for _ in 0..3 {

@@ -3,11 +3,83 @@
 //! message by message; a compaction puts a summary naming the last position it replaced
 //! in place of the messages before the ones it keeps.
 //!
-//! Included by `tests/sqlite_kill.rs`, `tests/sqlite_power_loss.rs` and
-//! `tests/postgres_kill.rs` with `#[path]`.
+//! Included by `tests/sqlite_kill.rs`, `tests/sqlite_power_loss.rs` (which has messages
+//! of its own sizes) and `tests/postgres_kill.rs` with `#[path]`.
 #![allow(dead_code)] // each test binary uses part of it
 
-use agent_session::{Compaction, Message, SessionId, SessionSnapshot};
+use agent_session::{Compaction, Message, Revision, SessionId, SessionSnapshot};
+
+/// The text of message `position` (from 1) of session `id` in the kill suites: 0.5-8 KB,
+/// derived from both, so a message in the wrong place or session is caught.
+pub fn message(id: &SessionId, position: usize) -> String {
+    let len = 500 + (position * 7_919) % 7_500;
+    let unit = format!("{id}:{position}|");
+    let mut text = unit.repeat(len / unit.len() + 1);
+    text.truncate(len);
+    text
+}
+
+/// What [`next_state`] made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// One more message.
+    Turn,
+    /// All but the last two messages compacted into a summary.
+    Compaction,
+    /// A new session under the same id, saved over the revision the old one had (so
+    /// revisions only grow), written whole by the store.
+    StartOver,
+}
+
+impl Next {
+    /// The word the kill suites' children print for it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Next::Turn => "turn",
+            Next::Compaction => "compaction",
+            Next::StartOver => "start-over",
+        }
+    }
+}
+
+/// The next state of session `id`, stored as `loaded`: every seventh revision (once it
+/// has 8 messages) a compaction of all but its last two messages, whose state a store
+/// keeps as a view checkpoint that later loads start from; a new session (one message)
+/// once its last message is at `max_position`, or if there is none; else one more
+/// [`message`].
+pub fn next_state(
+    id: &SessionId,
+    loaded: Option<SessionSnapshot>,
+    max_position: usize,
+) -> (SessionSnapshot, Next) {
+    match loaded {
+        Some(loaded)
+            if loaded.transcript().len() >= 8 && loaded.revision().as_u64().is_multiple_of(7) =>
+        {
+            (compacted(loaded, 2), Next::Compaction)
+        }
+        Some(loaded) if last_position(&loaded) < max_position => {
+            let last = last_position(&loaded);
+            let next = loaded
+                .with_appended(
+                    vec![Message::user(message(id, last + 1))],
+                    vec![],
+                    chrono::Utc::now(),
+                )
+                .expect("append");
+            (next, Next::Turn)
+        }
+        other => {
+            let revision = other.map_or(Revision::NEW, |s| s.revision());
+            let fresh = SessionSnapshot::builder(id.clone(), "kill-test")
+                .transcript(vec![Message::user(message(id, 1))])
+                .build()
+                .expect("build")
+                .with_revision(revision);
+            (fresh, Next::StartOver)
+        }
+    }
+}
 
 /// The summary a compaction puts in place of messages `1..=replaced` of session `id`.
 pub fn summary_text(id: &SessionId, replaced: usize) -> String {

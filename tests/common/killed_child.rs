@@ -1,0 +1,60 @@
+//! A child process killed at a chosen moment: the kill suites start their own test binary
+//! again to run one test (the child, which works on a store and prints what it
+//! acknowledges), let it work, kill it with SIGKILL, and read what it printed.
+//!
+//! Included by `tests/sqlite_kill.rs` and `tests/postgres_kill.rs` with `#[path]`.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs test `child_test` of this test binary in a child process with `envs` set, waits
+/// (at most a minute) for it to print a line containing `started`, lets it run `delay`,
+/// kills it with SIGKILL and returns every line it printed after `started`, in order.
+///
+/// # Errors
+///
+/// If the child never printed `started`.
+pub fn run_until_killed(
+    child_test: &str,
+    envs: &[(&str, &OsStr)],
+    started: &str,
+    delay: Duration,
+) -> Result<Vec<String>, String> {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args([child_test, "--exact", "--nocapture", "--test-threads=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (name, value) in envs {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("start the child");
+    let stdout = child.stdout.take().expect("stdout");
+    let (lines_tx, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let waited = loop {
+        match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains(started) => break Ok(()),
+            Ok(_) => {}
+            Err(e) => break Err(format!("the child never started ({e})")),
+        }
+    };
+    if waited.is_ok() {
+        std::thread::sleep(delay);
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    reader.join().expect("reader");
+    waited.map(|()| lines.try_iter().collect())
+}
