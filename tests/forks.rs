@@ -1,8 +1,11 @@
 //! Forks that share their prefix: in the file store a fork made from a stored revision
 //! keeps none of the messages it shares with its parent, loads exactly as the fork it is,
 //! and never breaks, whatever happens to the parent (turns, rewinds, a compaction, a
-//! delete, a prune, another session under its id). Everything through the public API; the
-//! files are only measured and, for one negative case, removed by hand.
+//! delete, a prune, another session under its id). A fork whose parent's stored state is
+//! not what it holds (a fork of an unsaved state; of another store's session of the same
+//! id, creation time and revision) keeps its own messages, in the file and SQLite stores.
+//! Everything through the public API; the files are only measured and, for one negative
+//! case, removed by hand.
 
 mod common;
 
@@ -143,7 +146,7 @@ fn a_shared_prefix_survives_whatever_the_parent_does_next() {
     }
 }
 
-fn grown_more(store: &FileSessionStore, id: &SessionId) {
+fn grown_more(store: &dyn SessionStore, id: &SessionId) {
     let current = store.load(id).expect("load");
     let next = current
         .with_appended(
@@ -296,4 +299,112 @@ fn forks_of_what_is_not_stored_or_into_another_store_hold_their_own_copy() {
         .fork(parent.id(), ForkAt::Turns(1), sid("fork"))
         .expect("fork");
     assert_eq!(memory.load(fork.id()).expect("load"), fork);
+}
+
+/// A fork of a parent's unsaved state (the last turn rewound and another in its place,
+/// in memory) names the parent's stored revision but does not hold its messages: saving
+/// it must keep its own, not refer to the stored ones, in every store that shares
+/// prefixes.
+#[test]
+fn a_fork_of_an_unsaved_state_keeps_its_own_messages() {
+    let (_dir, file) = file_store();
+    #[cfg(feature = "sqlite")]
+    let sqlite_dir = tempfile::tempdir().expect("temp dir");
+    #[cfg(feature = "sqlite")]
+    let sqlite = agent_session::SqliteSessionStore::open(sqlite_dir.path().join("db").join("s.db"))
+        .expect("open");
+    let stores: Vec<&dyn SessionStore> = vec![
+        &file,
+        #[cfg(feature = "sqlite")]
+        &sqlite,
+    ];
+    for store in stores {
+        let parent = grown(store, &sid("p"), 3);
+        let mut edited = parent.clone();
+        edited.rewind(RewindTo::LastTurns(1)).expect("rewind");
+        let edited = edited
+            .with_appended(
+                vec![
+                    Message::user("another last question"),
+                    Message::assistant(vec![ContentBlock::text("another answer")]),
+                ],
+                vec![],
+                chrono::Utc::now(),
+            )
+            .expect("extend");
+        let fork = edited.fork(sid("f"), ForkAt::End).expect("fork");
+        assert_eq!(
+            fork.lineage().map(|l| l.parent_revision),
+            Some(parent.revision()),
+            "the fork names the parent's stored revision"
+        );
+        let revision = store.save(&fork).expect("save the fork");
+        let loaded = store.load(fork.id()).expect("load the fork");
+        assert_eq!(loaded.transcript(), edited.transcript());
+        assert_eq!(loaded.revision(), revision);
+        // Unchanged when the parent goes on.
+        grown_more(store, parent.id());
+        assert_eq!(
+            store.load(fork.id()).expect("load").transcript(),
+            edited.transcript()
+        );
+    }
+}
+
+/// A fork loaded from one store and saved into another that holds a session of the same
+/// id, creation time and revision, but other messages (two stores that imported the same
+/// session and went on differently): the store must not take its own parent's messages
+/// for the fork's.
+#[test]
+fn a_fork_of_another_stores_parent_keeps_its_own_messages() {
+    let (_dir, elsewhere) = file_store();
+    let (_dir_file, file) = file_store();
+    #[cfg(feature = "sqlite")]
+    let sqlite_dir = tempfile::tempdir().expect("temp dir");
+    #[cfg(feature = "sqlite")]
+    let sqlite = agent_session::SqliteSessionStore::open(sqlite_dir.path().join("db").join("s.db"))
+        .expect("open");
+    let stores: Vec<&dyn SessionStore> = vec![
+        &file,
+        #[cfg(feature = "sqlite")]
+        &sqlite,
+    ];
+    let first = SessionSnapshot::builder(sid("p"), "m")
+        .transcript(vec![Message::user("the same start")])
+        .build()
+        .expect("build");
+    let with_turn = |store: &dyn SessionStore, text: &str| {
+        let loaded = store.load(first.id()).expect("load");
+        let next = loaded
+            .with_appended(
+                vec![
+                    Message::user(text),
+                    Message::assistant(vec![ContentBlock::text(format!("{text}, answered"))]),
+                ],
+                vec![],
+                chrono::Utc::now(),
+            )
+            .expect("extend");
+        store.save(&next).expect("save a turn");
+    };
+    elsewhere.save(&first).expect("save");
+    with_turn(&elsewhere, "asked elsewhere");
+    let parent = elsewhere.load(first.id()).expect("load");
+    for store in stores {
+        store.save(&first).expect("save");
+        with_turn(store, "asked here");
+        let here = store.load(first.id()).expect("load");
+        assert_eq!(
+            (here.created_at(), here.revision()),
+            (parent.created_at(), parent.revision()),
+            "the same session, as far as ids, creation times and revisions tell"
+        );
+        assert_ne!(here.transcript(), parent.transcript());
+        let fork = parent.fork(sid("f"), ForkAt::End).expect("fork");
+        store.save(&fork).expect("save the fork");
+        assert_eq!(
+            store.load(fork.id()).expect("load").transcript(),
+            parent.transcript()
+        );
+    }
 }

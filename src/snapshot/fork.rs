@@ -99,6 +99,45 @@ pub(crate) const MAX_SHARED_DEPTH: u32 = 8;
 /// writes, and the session itself.
 pub(crate) const SHARED_DEPTH_BUDGET: u32 = MAX_SHARED_DEPTH + 1;
 
+/// For the first save of `fork` at `revision`: the checkpoint that leaves out the
+/// messages it shares with its parent, if it is a fork made from a stored revision and
+/// `load_parent(lineage)` (the store's own read of the parent's state at that revision)
+/// gives a state holding them: the same session (creation time), the same first
+/// `fork_point` messages and the same tool-call records among them. `None` otherwise (no
+/// such parent in this store: another store's, gone or unreadable), and the store writes
+/// the fork whole. One check for every store that shares prefixes.
+///
+/// # Errors
+///
+/// Encoding errors of the checkpoint; `load_parent`'s errors only mean `None`.
+pub(crate) fn sharing_checkpoint(
+    fork: &SessionSnapshot,
+    revision: Revision,
+    load_parent: impl FnOnce(&Lineage) -> Result<SessionSnapshot>,
+) -> Result<Option<Vec<u8>>> {
+    let (Some(share), Some(lineage)) = (fork.share(), fork.lineage()) else {
+        return Ok(None);
+    };
+    let Ok(parent) = load_parent(lineage) else {
+        return Ok(None);
+    };
+    let cut = lineage.fork_point;
+    let records = |s: &SessionSnapshot| {
+        s.tool_calls()
+            .iter()
+            .take_while(|r| r.call_at.message < cut)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    if parent.created_at() == share.parent_created_at
+        && parent.transcript().get(..cut) == fork.transcript().get(..cut)
+        && records(&parent) == records(fork)
+    {
+        return fork.to_sharing_checkpoint(revision, share).map(Some);
+    }
+    Ok(None)
+}
+
 /// For a stored base (checkpoint) that shares its first messages with its parent: the
 /// parent's state at the revision the fork was made from, read with `load_parent(parent,
 /// revision, budget)` (the store's own read, following at most `budget` more parents) and

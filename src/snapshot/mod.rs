@@ -49,7 +49,7 @@ pub(crate) use entry::{
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use entry::FRAME_OVERHEAD;
 pub use entry::{EntryKind, LogEntry};
-pub(crate) use fork::{shared_prefix_of, SharedPrefix, SHARED_DEPTH_BUDGET};
+pub(crate) use fork::{shared_prefix_of, sharing_checkpoint, SharedPrefix, SHARED_DEPTH_BUDGET};
 pub use fork::{ForkAt, Lineage};
 pub(crate) use log::LogSource;
 pub use log::{History, HistoryMessage, HistoryStats, RevisionInfo, SessionLog, Standing};

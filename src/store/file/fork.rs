@@ -11,7 +11,9 @@ use std::io;
 use super::FileSessionStore;
 use crate::error::{Error, Result};
 use crate::id::{Revision, SessionId};
-use crate::snapshot::{shared_prefix_of, LogSource, SessionSnapshot, SHARED_DEPTH_BUDGET};
+use crate::snapshot::{
+    shared_prefix_of, sharing_checkpoint, LogSource, SessionSnapshot, SHARED_DEPTH_BUDGET,
+};
 
 /// The largest `<id>.forks` file read: one id (at most 128 bytes) and a newline a fork.
 const MAX_FORKS_BYTES: u64 = 16 * 1024 * 1024;
@@ -48,30 +50,14 @@ impl FileSessionStore {
         snapshot: &SessionSnapshot,
         revision: Revision,
     ) -> Result<Vec<u8>> {
-        if let (Some(share), Some(lineage)) = (snapshot.share(), snapshot.lineage()) {
-            let cut = lineage.fork_point;
-            let parent = self.with_log(&lineage.parent, true, |log| {
+        let shared = sharing_checkpoint(snapshot, revision, |lineage| {
+            self.with_log(&lineage.parent, true, |log| {
                 log.state_at(Some(lineage.parent_revision))
-            });
-            // A parent this store does not hold as the fork says (another store's, gone,
-            // or unreadable) is simply not shared: the fork is written whole.
-            if let Ok(parent) = parent {
-                let records = |s: &SessionSnapshot| {
-                    s.tool_calls()
-                        .iter()
-                        .take_while(|r| r.call_at.message < cut)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                };
-                if parent.created_at() == share.parent_created_at
-                    && parent.transcript().get(..cut) == snapshot.transcript().get(..cut)
-                    && records(&parent) == records(snapshot)
-                {
-                    let bytes = snapshot.to_sharing_checkpoint(revision, share)?;
-                    self.record_fork(&lineage.parent, snapshot.id())?;
-                    return Ok(bytes);
-                }
-            }
+            })
+        })?;
+        if let (Some(bytes), Some(lineage)) = (shared, snapshot.lineage()) {
+            self.record_fork(&lineage.parent, snapshot.id())?;
+            return Ok(bytes);
         }
         snapshot.to_json_with_revision(revision)
     }

@@ -10,8 +10,8 @@ use super::SqliteSessionStore;
 use crate::error::{Error, Location, Result};
 use crate::id::{Revision, SessionId};
 use crate::snapshot::{
-    decode_head, intact_frame, shared_prefix_of, split_entry, EntryHead, LogSource,
-    SessionSnapshot, SHARED_DEPTH_BUDGET,
+    decode_head, intact_frame, shared_prefix_of, sharing_checkpoint, split_entry, EntryHead,
+    LogSource, SessionSnapshot, SHARED_DEPTH_BUDGET,
 };
 use crate::store::check_stored_id;
 use crate::telemetry;
@@ -250,32 +250,16 @@ impl SqliteSessionStore {
         snapshot: &SessionSnapshot,
         revision: Revision,
     ) -> Result<(Vec<u8>, SharedParent)> {
-        if let (Some(share), Some(lineage)) = (snapshot.share(), snapshot.lineage()) {
-            let cut = lineage.fork_point;
-            let parent = self.with_log(conn, &lineage.parent, SHARED_DEPTH_BUDGET, |log| {
+        let shared = sharing_checkpoint(snapshot, revision, |lineage| {
+            self.with_log(conn, &lineage.parent, SHARED_DEPTH_BUDGET, |log| {
                 log.state_at(Some(lineage.parent_revision))
-            });
-            // A parent this database does not hold as the fork says (another store's,
-            // gone, or unreadable) is simply not shared: the fork is written whole.
-            if let Ok(parent) = parent {
-                let records = |s: &SessionSnapshot| {
-                    s.tool_calls()
-                        .iter()
-                        .take_while(|r| r.call_at.message < cut)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                };
-                if parent.created_at() == share.parent_created_at
-                    && parent.transcript().get(..cut) == snapshot.transcript().get(..cut)
-                    && records(&parent) == records(snapshot)
-                {
-                    let bytes = snapshot.to_sharing_checkpoint(revision, share)?;
-                    return Ok((
-                        bytes,
-                        Some((lineage.parent.clone(), lineage.parent_revision)),
-                    ));
-                }
-            }
+            })
+        })?;
+        if let (Some(bytes), Some(lineage)) = (shared, snapshot.lineage()) {
+            return Ok((
+                bytes,
+                Some((lineage.parent.clone(), lineage.parent_revision)),
+            ));
         }
         Ok((snapshot.to_json_with_revision(revision)?, None))
     }
