@@ -2,7 +2,7 @@
 //! again to run one test (the child, which works on a store and prints what it
 //! acknowledges), let it work, kill it with SIGKILL, and read what it printed.
 //!
-//! Included by `tests/sqlite_kill.rs` and `tests/postgres_kill.rs` with `#[path]`.
+//! Included by `tests/sqlite_kill.rs` and `tests/kill_lifecycle.rs` with `#[path]`.
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::ffi::OsStr;

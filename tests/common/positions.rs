@@ -4,7 +4,7 @@
 //! in place of the messages before the ones it keeps.
 //!
 //! Included by `tests/sqlite_kill.rs`, `tests/sqlite_power_loss.rs` (which has messages
-//! of its own sizes) and `tests/postgres_kill.rs` with `#[path]`.
+//! of its own sizes) and `tests/kill_lifecycle.rs` with `#[path]`.
 #![allow(dead_code)] // each test binary uses part of it
 
 use agent_session::{Compaction, Message, Revision, SessionId, SessionSnapshot};

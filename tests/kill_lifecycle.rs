@@ -1,54 +1,59 @@
-//! SIGKILL of a process working on a `PostgresSessionStore` in the middle of its saves,
-//! rewinds, compactions, restores, forks and history trims (issues 14 and 18: the
-//! PostgreSQL store's own kill suite, beside `tests/kill_during_save.rs` for the file store
-//! and `tests/sqlite_kill.rs` for SQLite).
+//! SIGKILL of a process in the middle of the history operations (saves of turns,
+//! compactions, rewinds, restores, forks, history trims, a new session under a parent's
+//! id), on every store: the file store (whose forks share their parent's messages), the
+//! SQLite store (likewise) and the PostgreSQL store (issue 14's reliability list; the
+//! file store's own suite, `tests/kill_during_save.rs`, covers turns, rewinds, compactions
+//! and restores through its journal, this one adds forks, trims and parents replaced
+//! under their forks, and runs the same mix on the database stores).
 //!
 //! The parent test starts this same test binary again to run only
-//! [`postgres_kill_child_works_until_killed`], which connects to the server of
-//! `AGENT_SESSION_POSTGRES_URL` (started by `scripts/test`), on a schema the parent made,
-//! and runs [`SAVERS`] threads. Each works on its own session and, one time in three, on a
-//! session shared by all of them (load, append, save; reloaded on conflict), as a harness
-//! does; on its own session it also rewinds the last turn, restores a random earlier
-//! revision, forks the session into one of a few forks of its own (deleting the fork
-//! first), and trims the history before a random revision. Each message is
-//! [`message`]`(id, position)`, a 0.5-8 KB text derived from the session and its
-//! position, so a mix of two states or an entry applied to the wrong state is caught;
-//! every seventh revision compacts all but the last two messages into a summary naming
-//! the last position it replaced (`tests/common/positions.rs`), and a session whose last
-//! message reached position [`MAX_MESSAGES`] starts over as a new session under the same id (which a fork of
-//! it must outlive). After each `Ok` the child prints an acknowledgement: `saved <id>
-//! <revision> <kind>`, or `deleted <id>`; before it deletes a fork it prints `deleting
-//! <id>`, since a delete that lands but is killed before its acknowledgement takes the
-//! fork's acknowledged save with it.
+//! [`kill_child_works_until_killed`], which opens the store named by `STORE_ENV` (a
+//! directory, a database file, or a schema of the server of `AGENT_SESSION_POSTGRES_URL`
+//! that `scripts/test` starts) and runs [`SAVERS`] threads. Each works on its own session
+//! and, one time in three, on a session shared by all of them (load, append, save;
+//! reloaded on conflict), as a harness does; on its own session it also rewinds the last
+//! turn, restores a random earlier revision, forks the session into one of a few forks of
+//! its own (deleting the fork first), and trims the history before a random revision.
+//! Each message is `positions::message(id, position)`, a 0.5-8 KB text derived from the
+//! session and its position, so a mix of two states or an entry applied to the wrong
+//! state is caught; every seventh revision compacts all but the last two messages into a
+//! summary naming the last position it replaced (`tests/common/positions.rs`), and a
+//! session whose last message reached position [`MAX_MESSAGES`] starts over as a new
+//! session under the same id (which the forks sharing its messages must outlive). After
+//! each `Ok` the child prints an acknowledgement: `saved <id> <revision> <kind>`, or
+//! `deleted <id>`; before it deletes a fork it prints `deleting <id>`, since a delete that
+//! lands but is killed before its acknowledgement takes the fork's acknowledged save with
+//! it.
 //!
 //! The parent kills the child with SIGKILL a random 0-150 ms after it reports that it
-//! started, on the same schema every time, waits for the server to end the child's
-//! connections (a statement in flight may still commit), and after every kill checks: every listed session loads as exactly a state (a fork as a state of its parent),
-//! its history loads, a random earlier revision loads as a state too, the listing reports
-//! nothing unreadable and agrees with the loads, no revision of a saver's session goes
-//! backwards, and no acknowledged save is lost. The server outlives the kills: what this
-//! checks is that a client killed anywhere in an operation leaves every session whole (the
-//! transaction of an operation commits entirely or not at all) and never loses what it
-//! acknowledged. What a committed transaction survives (a crash of the server, a power
-//! cut) is PostgreSQL's write-ahead log, with `fsync` and `synchronous_commit` on.
+//! started, on the same store every time (for PostgreSQL it then waits for the server to
+//! end the child's connections: a statement in flight may still commit), and after every
+//! kill checks: every listed session loads as exactly a state (a fork as a state of its
+//! parent), its history loads, a random earlier revision loads as a state too, the listing
+//! reports nothing unreadable and agrees with the loads, no revision of a saver's session
+//! goes backwards, and no acknowledged save is lost. For PostgreSQL the server outlives
+//! the kills: what a committed transaction survives (a crash of the server, a power cut)
+//! is its write-ahead log, with `fsync` and `synchronous_commit` on.
 //!
-//! Negative control: [`postgres_kill_checks_catch_an_early_acknowledgement_and_a_mixed_state`]
-//! runs the same kill loop with a child that acknowledges its own session's appends
-//! before it saves them (an acknowledgement a kill can make false), and requires the loop
-//! to report a lost acknowledged save; and it saves a state no operation makes (a message
-//! of another position) and requires the checks to refuse it.
+//! Negative control: [`kill_checks_catch_an_early_acknowledgement_and_a_mixed_state`]
+//! runs the same kill loop on the file store with a child that acknowledges its own
+//! session's appends before it saves them (an acknowledgement a kill can make false), and
+//! requires the loop to report a lost acknowledged save; and it saves a state no
+//! operation makes (a message of another position) and requires the checks to refuse it.
 //!
-//! `cargo test --all-features --test postgres_kill` runs 100 kills (`scripts/test` starts
-//! the server); `AGENT_SESSION_LONG=1` runs 1,000. `AGENT_SESSION_SEED` replays a run's
-//! delays and operations.
-#![cfg(all(unix, feature = "postgres"))]
+//! `cargo test --test kill_lifecycle` runs 100 kills per store (`scripts/test`, with
+//! every feature and a server); `AGENT_SESSION_LONG=1` runs 1,000. `AGENT_SESSION_SEED`
+//! replays a run's delays and operations.
+#![cfg(unix)]
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[path = "common/killed_child.rs"]
 mod killed_child;
+#[cfg(feature = "postgres")]
 #[path = "common/postgres.rs"]
 mod pg;
 #[path = "common/positions.rs"]
@@ -57,7 +62,7 @@ mod positions;
 mod seeded;
 
 use agent_session::{
-    ForkAt, Message, PostgresSessionStore, RewindTo, SessionId, SessionSnapshot, SessionStore,
+    FileSessionStore, ForkAt, Message, RewindTo, SessionId, SessionSnapshot, SessionStore,
     SessionStoreExt,
 };
 
@@ -65,13 +70,14 @@ use killed_child::run_until_killed;
 use positions::{check_positions_as, last_position, message, next_state};
 use seeded::{run_seed, Rng};
 
-const SCHEMA_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_SCHEMA";
-const SEED_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_CHILD_SEED";
+/// The store the child opens: `file:<dir>`, `sqlite:<file>` or `postgres:<schema>`.
+const STORE_ENV: &str = "AGENT_SESSION_KILL_STORE";
+const SEED_ENV: &str = "AGENT_SESSION_KILL_CHILD_SEED";
 /// Set (to `1`) for the negative control's child: it acknowledges its own session's
 /// appends before saving them.
-const EARLY_ACK_ENV: &str = "AGENT_SESSION_POSTGRES_KILL_EARLY_ACK";
+const EARLY_ACK_ENV: &str = "AGENT_SESSION_KILL_EARLY_ACK";
 const LONG_ENV: &str = "AGENT_SESSION_LONG";
-const CHILD_TEST: &str = "postgres_kill_child_works_until_killed";
+const CHILD_TEST: &str = "kill_child_works_until_killed";
 const STARTED: &str = "child-started";
 const SAVERS: usize = 3;
 const SHARED: &str = "shared";
@@ -109,7 +115,7 @@ fn verify(snapshot: &SessionSnapshot) -> Result<u64, String> {
     Ok(snapshot.revision().as_u64())
 }
 
-fn load_if_stored(store: &PostgresSessionStore, id: &SessionId) -> Option<SessionSnapshot> {
+fn load_if_stored(store: &dyn SessionStore, id: &SessionId) -> Option<SessionSnapshot> {
     match store.load(id) {
         Ok(loaded) => Some(loaded),
         Err(e) if e.is_not_found() => None,
@@ -119,7 +125,7 @@ fn load_if_stored(store: &PostgresSessionStore, id: &SessionId) -> Option<Sessio
 
 /// One load-change-save of `id` (the next state), retried on conflict; acknowledged
 /// after it returns, or before with `early_ack`.
-fn save_next(store: &PostgresSessionStore, id: &SessionId, early_ack: bool) {
+fn save_next(store: &dyn SessionStore, id: &SessionId, early_ack: bool) {
     loop {
         let (next, kind) = next_state(id, load_if_stored(store, id), MAX_MESSAGES);
         let kind = kind.word();
@@ -140,7 +146,7 @@ fn save_next(store: &PostgresSessionStore, id: &SessionId, early_ack: bool) {
 }
 
 /// One operation of saver `saver` on its own session (which no other thread writes).
-fn work_on_own(store: &PostgresSessionStore, saver: usize, rng: &mut Rng, early_ack: bool) {
+fn work_on_own(store: &dyn SessionStore, saver: usize, rng: &mut Rng, early_ack: bool) {
     let id = own(saver);
     let pick = rng.below(100);
     let Some(stored) = load_if_stored(store, &id).filter(|_| pick < 40) else {
@@ -190,30 +196,47 @@ fn work_on_own(store: &PostgresSessionStore, saver: usize, rng: &mut Rng, early_
     }
 }
 
+/// The store `spec` names (see [`STORE_ENV`]); `child` for the child's, which a
+/// PostgreSQL server knows by the schema's name (see [`wait_for_connections_to_end`]).
+fn open_store(spec: &str, child: bool) -> Arc<dyn SessionStore> {
+    let _ = child;
+    match spec.split_once(':') {
+        Some(("file", dir)) => Arc::new(FileSessionStore::open(dir).expect("open the file store")),
+        #[cfg(feature = "sqlite")]
+        Some(("sqlite", path)) => {
+            Arc::new(agent_session::SqliteSessionStore::open(path).expect("open the database"))
+        }
+        #[cfg(feature = "postgres")]
+        Some(("postgres", schema)) if child => Arc::new(
+            agent_session::PostgresSessionStore::builder()
+                .schema(schema)
+                .connect(&format!("{} application_name={schema}", pg::url()))
+                .expect("child connects"),
+        ),
+        #[cfg(feature = "postgres")]
+        Some(("postgres", schema)) => Arc::new(pg::connect(schema)),
+        _ => panic!("no store {spec:?} in this build"),
+    }
+}
+
 /// The child: works until killed (or, if never killed, for a while).
 #[test]
-fn postgres_kill_child_works_until_killed() {
-    let Some(schema) = std::env::var_os(SCHEMA_ENV) else {
+fn kill_child_works_until_killed() {
+    let Some(spec) = std::env::var_os(STORE_ENV) else {
         return;
     };
-    let schema = schema.into_string().expect("a UTF-8 schema name");
+    let spec = spec.into_string().expect("a UTF-8 store name");
     let seed: u64 = std::env::var(SEED_ENV)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let early_ack = std::env::var_os(EARLY_ACK_ENV).is_some_and(|v| v == "1");
-    // Named after the schema, so the parent can wait for the server to end this child's
-    // connections after killing it.
-    let store = PostgresSessionStore::builder()
-        .schema(&schema)
-        .connect(&format!("{} application_name={schema}", pg::url()))
-        .expect("child connects");
-    let store = std::sync::Arc::new(store);
+    let store = open_store(&spec, true);
     println!("{STARTED}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let threads: Vec<_> = (0..SAVERS)
         .map(|saver| {
-            let store = std::sync::Arc::clone(&store);
+            let store = Arc::clone(&store);
             std::thread::spawn(move || {
                 let mut rng = Rng::new(seed, saver as u64 + 1);
                 let shared = sid(SHARED);
@@ -221,9 +244,9 @@ fn postgres_kill_child_works_until_killed() {
                 while Instant::now() < deadline {
                     turn += 1;
                     if turn.is_multiple_of(3) {
-                        save_next(&store, &shared, false);
+                        save_next(&*store, &shared, false);
                     } else {
-                        work_on_own(&store, saver, &mut rng, early_ack);
+                        work_on_own(&*store, saver, &mut rng, early_ack);
                     }
                 }
             })
@@ -237,7 +260,7 @@ fn postgres_kill_child_works_until_killed() {
 /// Checks every session of `store` loads as exactly a state, with its history and a
 /// random earlier revision; returns each session's revision.
 fn check_store(
-    store: &PostgresSessionStore,
+    store: &dyn SessionStore,
     rng: &mut Rng,
 ) -> Result<BTreeMap<SessionId, u64>, String> {
     let listing = store.list().map_err(|e| format!("list: {e}"))?;
@@ -275,6 +298,7 @@ fn check_store(
 /// `schema`). A statement the child sent before it died may still be running, and its
 /// transaction commit after the kill: checking before then could see the listing and a
 /// load straddle that commit.
+#[cfg(feature = "postgres")]
 fn wait_for_connections_to_end(schema: &str) {
     let query =
         format!("SELECT count(*)::text FROM pg_stat_activity WHERE application_name = '{schema}'");
@@ -296,11 +320,11 @@ struct Report {
     sessions_checked: usize,
 }
 
-/// Starts the child `kills` times on `schema`, kills it, and checks the store after
-/// each kill; the first violation as `Err`.
-fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Report, String> {
+/// Starts the child `kills` times on the store `spec` names, kills it, and checks the
+/// store after each kill; the first violation as `Err`.
+fn kill_loop(spec: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Report, String> {
     let mut rng = Rng::new(seed, 0);
-    let checker = pg::connect(schema);
+    let checker = open_store(spec, false);
     // Per session, the last acknowledgement of the current child: a revision, or `None`
     // for a delete (after which the session may be absent, or made again unacknowledged).
     let mut acknowledged: BTreeMap<SessionId, Option<u64>> = BTreeMap::new();
@@ -313,7 +337,7 @@ fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<R
         let lines = run_until_killed(
             CHILD_TEST,
             &[
-                (SCHEMA_ENV, OsStr::new(schema)),
+                (STORE_ENV, OsStr::new(spec)),
                 (SEED_ENV, OsStr::new(&child_seed)),
                 (EARLY_ACK_ENV, OsStr::new(early)),
             ],
@@ -321,7 +345,10 @@ fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<R
             delay,
         )
         .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
-        wait_for_connections_to_end(schema);
+        #[cfg(feature = "postgres")]
+        if let Some(schema) = spec.strip_prefix("postgres:") {
+            wait_for_connections_to_end(schema);
+        }
         // The child prints each thread's acknowledgements in order, and each session is
         // written by one thread (the shared one's saves are compare-and-swapped), so the
         // last line per session is its last acknowledgement.
@@ -346,7 +373,7 @@ fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<R
                 _ => {}
             }
         }
-        let found = check_store(&checker, &mut rng)
+        let found = check_store(&*checker, &mut rng)
             .map_err(|e| format!("after kill {kill} (seed {seed}): {e}"))?;
         report.sessions_checked += found.len();
         for (id, revision) in &acknowledged {
@@ -378,19 +405,18 @@ fn kill_loop(schema: &str, kills: usize, seed: u64, early_ack: bool) -> Result<R
     Ok(report)
 }
 
-#[test]
-fn postgres_every_acknowledged_operation_survives_sigkill() {
+/// The kill loop on the store `spec` names, which must see no violation and every kind
+/// of operation acknowledged; `name` for the report.
+fn every_acknowledged_operation_survives_sigkill(name: &str, spec: &str) {
     let kills = if std::env::var_os(LONG_ENV).is_some_and(|v| v == "1") {
         LONG_KILLS
     } else {
         DEFAULT_KILLS
     };
     let seed = run_seed();
-    let schemas = pg::Schemas::new();
-    let store = schemas.store();
-    let report = kill_loop(store.schema(), kills, seed, false).unwrap_or_else(|e| panic!("{e}"));
+    let report = kill_loop(spec, kills, seed, false).unwrap_or_else(|e| panic!("{name}: {e}"));
     println!(
-        "postgres kill test: {} kills, {} session checks, acknowledged: {:?} (seed {seed})",
+        "{name} kill test: {} kills, {} session checks, acknowledged: {:?} (seed {seed})",
         report.kills, report.sessions_checked, report.acknowledged
     );
     for kind in [
@@ -404,23 +430,58 @@ fn postgres_every_acknowledged_operation_survives_sigkill() {
     ] {
         assert!(
             report.acknowledged.get(kind).is_some_and(|n| *n > 0),
-            "no {kind} was acknowledged in {kills} kills: the run checked nothing of it (seed {seed})"
+            "{name}: no {kind} was acknowledged in {kills} kills: the run checked nothing of it (seed {seed})"
         );
     }
+}
+
+/// A private directory for a store, in a temporary directory.
+fn private_dir(root: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+    let dir = root.path().join(name);
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&dir)
+        .expect("a private directory");
+    dir
+}
+
+#[test]
+fn file_store_every_acknowledged_operation_survives_sigkill() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = private_dir(&root, "store");
+    every_acknowledged_operation_survives_sigkill("file store", &format!("file:{}", dir.display()));
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_every_acknowledged_operation_survives_sigkill() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let db = private_dir(&root, "db").join("sessions.db");
+    every_acknowledged_operation_survives_sigkill("sqlite", &format!("sqlite:{}", db.display()));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_every_acknowledged_operation_survives_sigkill() {
+    let schemas = pg::Schemas::new();
+    let store = schemas.store();
+    every_acknowledged_operation_survives_sigkill(
+        "postgres",
+        &format!("postgres:{}", store.schema()),
+    );
 }
 
 /// The negative control of the checks above: a child that acknowledges before it saves
 /// (so a kill can falsify an acknowledgement) must be caught by the same loop, and a
 /// state no operation makes must be refused by the same checks.
 #[test]
-fn postgres_kill_checks_catch_an_early_acknowledgement_and_a_mixed_state() {
+fn kill_checks_catch_an_early_acknowledgement_and_a_mixed_state() {
     let seed = run_seed();
-    let schemas = pg::Schemas::new();
-    let store = schemas.store();
-    match kill_loop(store.schema(), CONTROL_KILLS, seed, true) {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = private_dir(&root, "store");
+    match kill_loop(&format!("file:{}", dir.display()), CONTROL_KILLS, seed, true) {
         Err(e) => {
             assert!(e.contains("acknowledged at"), "caught, but not as a lost save: {e}");
-            println!("postgres kill control: caught {e}");
+            println!("kill control: caught {e}");
         }
         Ok(report) => panic!(
             "{} kills of a child that acknowledges before saving, and no lost save caught (seed {seed})",
@@ -428,6 +489,7 @@ fn postgres_kill_checks_catch_an_early_acknowledgement_and_a_mixed_state() {
         ),
     }
     // A state no operation makes: message 2 where the next message belongs.
+    let store = FileSessionStore::open(&dir).expect("open");
     let id = own(0);
     let loaded = store.load(&id).expect("load");
     let wrong = last_position(&loaded).saturating_sub(1).max(1);
