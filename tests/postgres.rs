@@ -2072,7 +2072,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["6"]
+            ["7"]
         );
         let loaded = store.load(first.id()).expect("load after the upgrade");
         assert_eq!(loaded.transcript(), first.transcript());
@@ -2180,9 +2180,110 @@ mod postgres_store {
     /// What tables of version 4 lack: the words search reads, and their indexes.
     fn without_words(schema: &str) -> String {
         format!(
-            "ALTER TABLE \"{schema}\".sessions DROP COLUMN words;
+            "DROP TABLE \"{schema}\".checkpoint_words;
              ALTER TABLE IF EXISTS \"{schema}\".entries DROP COLUMN words;"
         )
+    }
+
+    /// Tables of version 6 from tables of the current version: the checkpoint's words in
+    /// the session's row (`sessions.words`, with its indexes), no `checkpoint_words`.
+    fn words_in_the_row(schema: &str) -> String {
+        format!(
+            "ALTER TABLE \"{schema}\".sessions ADD COLUMN words text;
+             UPDATE \"{schema}\".sessions s SET words = w.words
+               FROM \"{schema}\".checkpoint_words w WHERE w.session_id = s.id;
+             DROP TABLE \"{schema}\".checkpoint_words;
+             CREATE INDEX sessions_words
+                 ON \"{schema}\".sessions USING gin (to_tsvector('simple', words));
+             CREATE INDEX sessions_no_words ON \"{schema}\".sessions (id) WHERE words IS NULL;
+             UPDATE \"{schema}\".store_version SET version = 6;"
+        )
+    }
+
+    /// Tables of version 6 (the checkpoint's words in the session's row, whose index every
+    /// append made the server work out again): a whole write before `migrate` says to call
+    /// it and writes nothing; `migrate` moves the words into `checkpoint_words` and drops the
+    /// column; search finds a session by a word of its checkpoint only, appends and whole
+    /// writes keep working, and a whole write records its checkpoint's new words.
+    #[test]
+    fn version_6_tables_move_the_checkpoint_words_out_of_the_row() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("from-v6", "the lock bug");
+        store.save(&first).expect("save");
+        let older = snapshot("before-v5", "an older lock bug");
+        store.save(&older).expect("save");
+        pg::execute(&words_in_the_row(&schema));
+        // A row written before version 5: no words, so every search reads it.
+        pg::execute(&format!(
+            "UPDATE \"{schema}\".sessions SET words = NULL WHERE id = 'before-v5'"
+        ));
+        let err = store
+            .save(&snapshot("new-on-v6", "nothing"))
+            .expect_err("a whole write on version 6 tables");
+        assert!(err.to_string().contains("migrate"), "{err}");
+        assert!(store
+            .load(&id("new-on-v6"))
+            .is_err_and(|e| e.is_not_found()));
+
+        store.migrate().expect("upgrade");
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT version::text FROM \"{schema}\".store_version"
+            )),
+            ["7"]
+        );
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT session_id || ':' || COALESCE(words, 'NULL')
+                   FROM \"{schema}\".checkpoint_words ORDER BY session_id"
+            )),
+            ["before-v5:NULL", "from-v6:bug lock the"]
+        );
+        assert_eq!(
+            pg::query_text(&format!(
+                "SELECT count(*)::text FROM information_schema.columns
+                  WHERE table_schema = '{schema}' AND table_name = 'sessions'
+                    AND column_name = 'words'"
+            )),
+            ["0"],
+            "the row no longer holds the words"
+        );
+        let query = agent_session::SearchQuery::new("lock bug").expect("query");
+        let all = agent_session::ListFilter::new();
+        let found = store.search(&query, &all, 10, None).expect("search");
+        let mut ids: Vec<&str> = found.hits.iter().map(|h| h.session.id.as_str()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["before-v5", "from-v6"]);
+
+        // Appends (a built snapshot's edit too) leave the checkpoint's words alone; a whole
+        // write (another session under the id) replaces them.
+        let loaded = store.load(first.id()).expect("load");
+        let appended = extended(loaded, 10);
+        let revision = store.save(&appended).expect("append");
+        let words_of = |name: &str| {
+            pg::query_text(&format!(
+                "SELECT words FROM \"{schema}\".checkpoint_words WHERE session_id = '{name}'"
+            ))
+        };
+        assert_eq!(words_of("from-v6"), ["bug lock the"]);
+        let replaced = SessionSnapshot::builder(id("from-v6"), "pg-model")
+            .transcript(vec![Message::user("a deadlock instead")])
+            .timestamps(at(-5_000), at(5))
+            .build()
+            .expect("build")
+            .with_revision(revision);
+        store.save(&replaced).expect("a whole write");
+        assert_eq!(words_of("from-v6"), ["a deadlock instead"]);
+        let found = store.search(&query, &all, 10, None).expect("search");
+        assert_eq!(
+            found.hits.len(),
+            1,
+            "only the row without words is left to match"
+        );
+        store.delete(first.id()).expect("delete");
+        assert!(words_of("from-v6").is_empty(), "deleted with its session");
     }
 
     /// Tables of version 4 (before search's words): after `migrate`, their sessions are
@@ -2205,7 +2306,7 @@ mod postgres_store {
         store.migrate().expect("upgrade");
         assert_eq!(
             pg::query_text(&format!(
-                "SELECT count(*)::text FROM \"{schema}\".sessions WHERE words IS NULL"
+                "SELECT count(*)::text FROM \"{schema}\".checkpoint_words WHERE words IS NULL"
             )),
             ["1"],
             "rows of version 4 have no words"
@@ -2220,7 +2321,7 @@ mod postgres_store {
         store.save(&other).expect("save");
         assert_eq!(
             pg::query_text(&format!(
-                "SELECT words FROM \"{schema}\".sessions WHERE id = 'after-v4'"
+                "SELECT words FROM \"{schema}\".checkpoint_words WHERE session_id = 'after-v4'"
             )),
             ["nothing see to"]
         );
@@ -2261,7 +2362,7 @@ mod postgres_store {
             pg::query_text(&format!(
                 "SELECT version::text FROM \"{schema}\".store_version"
             )),
-            ["6"]
+            ["7"]
         );
         let request = agent_session::LeaseRequest::new(agent_session::LeaseHolder::this_process(
             "after the upgrade",

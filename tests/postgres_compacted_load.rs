@@ -360,7 +360,7 @@ fn tables_of_version_5_load_without_views_and_migrate_adds_them() {
         pg::query_text(&format!(
             "SELECT version::text FROM \"{schema}\".store_version"
         )),
-        ["6"]
+        ["7"]
     );
     let compacted = compact(&fresh, &id, 2);
     assert!(view_of(&fresh, &id).is_some());

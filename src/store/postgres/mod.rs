@@ -41,7 +41,7 @@ use crate::telemetry;
 pub const DEFAULT_POSTGRES_SCHEMA: &str = "agent_session";
 
 /// The version of the tables [`PostgresSessionStore::migrate`] creates.
-const TABLES_VERSION: i32 = 6;
+const TABLES_VERSION: i32 = 7;
 
 /// The `format` of an entry row holding a log entry (its head and body frames); rows of
 /// tables before version 3 hold journal records of format 1.
@@ -1587,16 +1587,19 @@ impl Inner {
                         &prepared(
                             &client,
                             &format!(
-                                "INSERT INTO {schema}.sessions
+                                "WITH created AS (
+                                 INSERT INTO {schema}.sessions
                                  (id, revision, created_ns, updated_ns, summary, snapshot,
-                                  journal_bytes, state_counts, lease_epoch, lease_until_ns,
-                                  words)
+                                  journal_bytes, state_counts, lease_epoch, lease_until_ns)
                              SELECT $1, $2, $3, $4, $5, $6, 0, $7, COALESCE(l.epoch, 0),
-                                    CASE WHEN l.released THEN NULL ELSE l.expires_ns END, $9
+                                    CASE WHEN l.released THEN NULL ELSE l.expires_ns END
                              FROM (SELECT 1) AS one
                              LEFT JOIN {schema}.leases l ON l.session_id = $1
                              WHERE {allowed}
-                             ON CONFLICT (id) DO NOTHING",
+                             ON CONFLICT (id) DO NOTHING
+                             RETURNING id)
+                             INSERT INTO {schema}.checkpoint_words (session_id, words)
+                             SELECT id, $9 FROM created",
                                 allowed = lease::record_allows(8)
                             ),
                         )
@@ -1615,7 +1618,7 @@ impl Inner {
                         "UPDATE {schema}.sessions
                          SET revision = $2, created_ns = $3, updated_ns = $4,
                              summary = $5, snapshot = $6, journal_bytes = 0,
-                             state_counts = $8, words = $10, {clear_view}
+                             state_counts = $8, {clear_view}
                          WHERE id = $1 AND revision = $7 AND {allowed}",
                         allowed = lease::row_allows(9),
                         clear_view = view::CLEAR
@@ -1627,6 +1630,7 @@ impl Inner {
                     &format!("DELETE FROM {schema}.entries WHERE session_id = $1"),
                 )
                 .await?;
+                let set_words = prepared(&client, &search::set_checkpoint_words(&schema)).await?;
                 let tx = client
                     .transaction()
                     .await
@@ -1635,8 +1639,7 @@ impl Inner {
                     .execute(
                         &update,
                         &[
-                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts,
-                            &fence, &words,
+                            &key, &new, &created, &updated, &summary, &bytes, &old, &counts, &fence,
                         ],
                     )
                     .await
@@ -1645,6 +1648,9 @@ impl Inner {
                     tx.execute(&replaced, &[&key])
                         .await
                         .map_err(|e| backend("drop the replaced session's entries", e))?;
+                    tx.execute(&set_words, &[&key, &words])
+                        .await
+                        .map_err(|e| backend("record the checkpoint's words", e))?;
                 }
                 tx.commit().await.map_err(|e| backend("commit a save", e))?;
                 written
@@ -2049,8 +2055,7 @@ impl AsyncSessionStore for Inner {
                     &client,
                     &format!(
                         "UPDATE {schema}.sessions
-                         SET snapshot = $2, journal_bytes = $3, summary = $4, words = $6,
-                             {clear_view}
+                         SET snapshot = $2, journal_bytes = $3, summary = $4, {clear_view}
                          WHERE id = $1 AND revision = $5",
                         clear_view = view::CLEAR
                     ),
@@ -2070,22 +2075,13 @@ impl AsyncSessionStore for Inner {
                     ),
                 )
                 .await?;
+                let set_words = prepared(&client, &search::set_checkpoint_words(&schema)).await?;
                 let tx = client
                     .transaction()
                     .await
                     .map_err(|e| backend("start a trim", e))?;
                 let moved = tx
-                    .execute(
-                        &update,
-                        &[
-                            &key,
-                            &snapshot,
-                            &journal_bytes,
-                            &summary,
-                            &read,
-                            &checkpoint_words,
-                        ],
-                    )
+                    .execute(&update, &[&key, &snapshot, &journal_bytes, &summary, &read])
                     .await
                     .map_err(|e| backend("trim a session's history", e))?;
                 if moved != 1 {
@@ -2097,6 +2093,9 @@ impl AsyncSessionStore for Inner {
                 tx.execute(&clear, &[&key])
                     .await
                     .map_err(|e| backend("drop a session's entries", e))?;
+                tx.execute(&set_words, &[&key, &checkpoint_words])
+                    .await
+                    .map_err(|e| backend("record the checkpoint's words", e))?;
                 tx.execute(
                     &insert,
                     &[&key, &revisions, &records, &ENTRY_FORMAT, &words],
