@@ -184,7 +184,7 @@ fn append_turn(c: &mut Criterion) {
                             .rewind(RewindTo::Message(MESSAGES))
                             .expect("rewind to 10,000 messages");
                         let revision = store.save(&session).expect("save the rewind");
-                        current.replace(Some(session.stored_at(revision)));
+                        current.replace(Some(session.with_revision(revision)));
                     }
                 },
                 || {

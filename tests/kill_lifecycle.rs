@@ -20,10 +20,11 @@
 //! summary naming the last position it replaced (`tests/common/positions.rs`), and a
 //! session whose last message reached position [`MAX_MESSAGES`] starts over as a new
 //! session under the same id (which the forks sharing its messages must outlive). After
-//! each `Ok` the child prints an acknowledgement: `saved <id> <revision> <kind>`, or
-//! `deleted <id>`; before it deletes a fork it prints `deleting <id>`, since a delete that
-//! lands but is killed before its acknowledgement takes the fork's acknowledged save with
-//! it.
+//! each `Ok` the child prints an acknowledgement: `saved <id> <revision> <kind>`,
+//! `trimmed <id> <oldest>`, or `deleted <id>`; before it deletes a fork it prints
+//! `deleting <id>`, since a delete that lands but is killed before its acknowledgement
+//! takes the fork's acknowledged save with it. A panic in the child (any operation that
+//! failed) is printed too, and fails the test.
 //!
 //! The parent kills the child with SIGKILL a random 0-150 ms after it reports that it
 //! started, on the same store every time (for PostgreSQL it then waits for the server to
@@ -31,7 +32,9 @@
 //! kill checks: every listed session loads as exactly a state (a fork as a state of its
 //! parent), its history loads, a random earlier revision loads as a state too, the listing
 //! reports nothing unreadable and agrees with the loads, no revision of a saver's session
-//! goes backwards, and no acknowledged save is lost. For PostgreSQL the server outlives
+//! goes backwards, no acknowledged save is lost (the acknowledgements of every child so
+//! far, so a fork that vanishes later is caught too), and no session keeps a revision
+//! before one an acknowledged trim dropped. For PostgreSQL the server outlives
 //! the kills: what a committed transaction survives (a crash of the server, a power cut)
 //! is its write-ahead log, with `fsync` and `synchronous_commit` on.
 //!
@@ -90,7 +93,7 @@ const CONTROL_KILLS: usize = 100;
 const MAX_DELAY_MICROS: u64 = 150_000;
 /// Sessions start over (a new session under the same id, written whole, which the forks
 /// made of it must outlive) once their last message is at this position.
-const MAX_MESSAGES: usize = 60;
+const MAX_MESSAGES: usize = 30;
 
 fn sid(s: &str) -> SessionId {
     SessionId::parse(s).expect("valid id")
@@ -231,6 +234,7 @@ fn kill_child_works_until_killed() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let early_ack = std::env::var_os(EARLY_ACK_ENV).is_some_and(|v| v == "1");
+    killed_child::report_panics();
     let store = open_store(&spec, true);
     println!("{STARTED}");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -257,12 +261,19 @@ fn kill_child_works_until_killed() {
     }
 }
 
+/// What a check found of a session: its revision, and the oldest revision its log keeps.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    revision: u64,
+    oldest: u64,
+}
+
 /// Checks every session of `store` loads as exactly a state, with its history and a
-/// random earlier revision; returns each session's revision.
+/// random earlier revision; returns what it found of each.
 fn check_store(
     store: &dyn SessionStore,
     rng: &mut Rng,
-) -> Result<BTreeMap<SessionId, u64>, String> {
+) -> Result<BTreeMap<SessionId, Found>, String> {
     let listing = store.list().map_err(|e| format!("list: {e}"))?;
     if !listing.unreadable.is_empty() {
         return Err(format!("unreadable: {:?}", listing.unreadable));
@@ -289,7 +300,8 @@ fn check_store(
             .load_at(id, pick.revision)
             .map_err(|e| format!("load_at {id} {}: {e}", pick.revision))?;
         verify(&past)?;
-        found.insert(id.clone(), revision);
+        let oldest = revisions.first().map_or(0, |info| info.revision.as_u64());
+        found.insert(id.clone(), Found { revision, oldest });
     }
     Ok(found)
 }
@@ -325,9 +337,13 @@ struct Report {
 fn kill_loop(spec: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Report, String> {
     let mut rng = Rng::new(seed, 0);
     let checker = open_store(spec, false);
-    // Per session, the last acknowledgement of the current child: a revision, or `None`
+    // Per session, the last acknowledgement of any child so far: a revision, or `None`
     // for a delete (after which the session may be absent, or made again unacknowledged).
+    // Kept across kills, so a fork that vanishes in a later child without a delete is
+    // caught too.
     let mut acknowledged: BTreeMap<SessionId, Option<u64>> = BTreeMap::new();
+    // Per session, the oldest revision an acknowledged trim kept.
+    let mut trimmed: BTreeMap<SessionId, u64> = BTreeMap::new();
     let mut last: BTreeMap<SessionId, u64> = BTreeMap::new();
     let mut report = Report::default();
     for kill in 0..kills {
@@ -367,7 +383,10 @@ fn kill_loop(spec: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Rep
                 ["deleting" | "deleted", id] => {
                     acknowledged.insert(sid(id), None);
                 }
-                ["trimmed", ..] => {
+                ["trimmed", id, oldest] => {
+                    let oldest: u64 = oldest.parse().expect("a revision");
+                    let entry = trimmed.entry(sid(id)).or_insert(0);
+                    *entry = (*entry).max(oldest);
                     *report.acknowledged.entry("trim".to_owned()).or_default() += 1;
                 }
                 _ => {}
@@ -378,10 +397,20 @@ fn kill_loop(spec: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Rep
         report.sessions_checked += found.len();
         for (id, revision) in &acknowledged {
             let Some(revision) = revision else { continue };
-            let stored = found.get(id).copied().unwrap_or(0);
+            let stored = found.get(id).map_or(0, |f| f.revision);
             if stored < *revision {
                 return Err(format!(
                     "after kill {kill} (seed {seed}): {id} acknowledged at {revision} but stored at {stored}"
+                ));
+            }
+        }
+        // A trim's acknowledgement holds: nothing before it comes back (a later trim, or a
+        // new session under the id, only moves the oldest kept revision on).
+        for (id, oldest) in &trimmed {
+            let kept = found.get(id).map_or(0, |f| f.oldest);
+            if kept < *oldest {
+                return Err(format!(
+                    "after kill {kill} (seed {seed}): {id} was trimmed to revision {oldest} but keeps {kept}"
                 ));
             }
         }
@@ -391,15 +420,14 @@ fn kill_loop(spec: &str, kills: usize, seed: u64, early_ack: bool) -> Result<Rep
             .iter()
             .filter(|(id, _)| !id.as_str().starts_with("fork-"))
         {
-            let now = found.get(id).copied().unwrap_or(0);
+            let now = found.get(id).map_or(0, |f| f.revision);
             if now < *before {
                 return Err(format!(
                     "after kill {kill} (seed {seed}): {id} went back from revision {before} to {now}"
                 ));
             }
         }
-        last = found;
-        acknowledged.clear();
+        last = found.into_iter().map(|(id, f)| (id, f.revision)).collect();
         report.kills += 1;
     }
     Ok(report)
@@ -488,9 +516,15 @@ fn kill_checks_catch_an_early_acknowledgement_and_a_mixed_state() {
             report.kills
         ),
     }
-    // A state no operation makes: message 2 where the next message belongs.
+    // A state no operation makes: message 2 where the next message belongs (in own-0,
+    // saved first if the loop caught its loss before the child ever saved it).
     let store = FileSessionStore::open(&dir).expect("open");
     let id = own(0);
+    if store.load(&id).is_err_and(|e| e.is_not_found()) {
+        store
+            .save(&next_state(&id, None, MAX_MESSAGES).0)
+            .expect("save");
+    }
     let loaded = store.load(&id).expect("load");
     let wrong = last_position(&loaded).saturating_sub(1).max(1);
     let mixed = loaded

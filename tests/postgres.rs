@@ -2200,6 +2200,36 @@ mod postgres_store {
         )
     }
 
+    /// A trim folds the entries it drops into the checkpoint: the checkpoint's words are
+    /// written again with it, so a word only a dropped entry held is still found.
+    #[test]
+    fn a_trim_writes_the_checkpoint_words_again() {
+        let schemas = Schemas::new();
+        let store = schemas.store();
+        let schema = store.schema().to_owned();
+        let first = snapshot("trimmed", "the start");
+        store.save(&first).expect("save");
+        let loaded = store.load(first.id()).expect("load");
+        let later = loaded.updated_at() + Duration::seconds(1);
+        let turn = loaded
+            .with_appended(vec![Message::user("a zanzibar deadlock")], vec![], later)
+            .expect("extend");
+        let head = store.save(&turn).expect("append");
+        let words = || {
+            pg::query_text(&format!(
+                "SELECT words FROM \"{schema}\".checkpoint_words WHERE session_id = 'trimmed'"
+            ))
+        };
+        assert_eq!(words(), ["start the"], "an append leaves them");
+        assert_eq!(store.trim_history(first.id(), head).expect("trim"), 1);
+        assert_eq!(words(), ["a deadlock start the zanzibar"]);
+        let query = agent_session::SearchQuery::new("zanzibar").expect("query");
+        let found = store
+            .search(&query, &agent_session::ListFilter::new(), 10, None)
+            .expect("search");
+        assert_eq!(found.hits.len(), 1);
+    }
+
     /// Tables of version 6 (the checkpoint's words in the session's row, whose index every
     /// append made the server work out again): a whole write before `migrate` says to call
     /// it and writes nothing; `migrate` moves the words into `checkpoint_words` and drops the

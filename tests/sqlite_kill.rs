@@ -94,6 +94,7 @@ fn sqlite_kill_child_saves_until_killed() {
         return;
     };
     let store = std::sync::Arc::new(SqliteSessionStore::open(&db).expect("child opens"));
+    killed_child::report_panics();
     println!("{STARTED}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let threads: Vec<_> = (0..SAVERS)

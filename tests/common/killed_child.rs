@@ -11,13 +11,25 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// What a child prints, on its standard output, when one of its threads panics.
+pub const CHILD_PANIC: &str = "child-panic";
+
+/// For the child: makes every panic print [`CHILD_PANIC`] and its message on the standard
+/// output, which the parent reads (its standard error is not kept), so an error in the
+/// child fails the test instead of quietly stopping one of its threads.
+pub fn report_panics() {
+    std::panic::set_hook(Box::new(|info| println!("{CHILD_PANIC}: {info}")));
+}
+
 /// Runs test `child_test` of this test binary in a child process with `envs` set, waits
-/// (at most a minute) for it to print a line containing `started`, lets it run `delay`,
-/// kills it with SIGKILL and returns every line it printed after `started`, in order.
+/// for it to print a line containing `started` (each line within a minute), lets it run
+/// `delay`, kills it with SIGKILL and returns every line it printed after `started`, in
+/// order.
 ///
 /// # Errors
 ///
-/// If the child never printed `started`.
+/// If the child never printed `started`, or printed [`CHILD_PANIC`] (see
+/// [`report_panics`]).
 pub fn run_until_killed(
     child_test: &str,
     envs: &[(&str, &OsStr)],
@@ -56,5 +68,10 @@ pub fn run_until_killed(
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
     reader.join().expect("reader");
-    waited.map(|()| lines.try_iter().collect())
+    waited?;
+    let lines: Vec<String> = lines.try_iter().collect();
+    match lines.iter().find(|line| line.starts_with(CHILD_PANIC)) {
+        Some(panic) => Err(format!("the child panicked: {panic}")),
+        None => Ok(lines),
+    }
 }

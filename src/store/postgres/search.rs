@@ -29,7 +29,8 @@ use crate::transcript::Message;
 /// Tables of versions 5 and 6 kept the checkpoint's words in `sessions.words`: they are
 /// moved into `checkpoint_words`, and the column (with its indexes) dropped. Every
 /// session gets a row there, one without words (`NULL`, always read) if its row had none
-/// (written before version 5).
+/// (written before version 5). The indexes are made after the copy (one build, not an
+/// insert per row, while the migration holds the tables).
 pub(super) fn create_tables(schema: &str) -> String {
     format!(
         "ALTER TABLE {schema}.entries ADD COLUMN IF NOT EXISTS words text;
@@ -42,15 +43,15 @@ pub(super) fn create_tables(schema: &str) -> String {
                  REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
              words text
          );
-         CREATE INDEX IF NOT EXISTS checkpoint_words_words
-             ON {schema}.checkpoint_words USING gin (to_tsvector('simple', words));
-         CREATE INDEX IF NOT EXISTS checkpoint_words_no_words
-             ON {schema}.checkpoint_words (session_id) WHERE words IS NULL;
          ALTER TABLE {schema}.sessions ADD COLUMN IF NOT EXISTS words text;
          INSERT INTO {schema}.checkpoint_words (session_id, words)
              SELECT id, words FROM {schema}.sessions
              ON CONFLICT (session_id) DO NOTHING;
-         ALTER TABLE {schema}.sessions DROP COLUMN words;"
+         ALTER TABLE {schema}.sessions DROP COLUMN words;
+         CREATE INDEX IF NOT EXISTS checkpoint_words_words
+             ON {schema}.checkpoint_words USING gin (to_tsvector('simple', words));
+         CREATE INDEX IF NOT EXISTS checkpoint_words_no_words
+             ON {schema}.checkpoint_words (session_id) WHERE words IS NULL;"
     )
 }
 
