@@ -109,9 +109,10 @@
 //!   `async_api/blocking_pool_hop`: `block_on` of a `spawn_blocking` that does nothing,
 //!   the floor of one hop. The target (issue 16): async ≤ 1.1 × (sync + hop).
 //!   `async_api/load_async_dropped/N`: the async load with its snapshot dropped in the
-//!   timing, on the caller's thread: freeing there what a pool thread allocated costs
-//!   more than the same free on the thread that allocated it (glibc's per-thread arenas;
-//!   about 0.3 ms for 1,000 messages), a cost of any load made on another thread.
+//!   timing, on the caller's thread: freeing there what a pool thread built costs more
+//!   than the same free on the thread that built it (the memory was last written on
+//!   another core; about 0.3 ms for 1,000 messages), a cost of any load made on another
+//!   thread.
 //! - `durability/{save,append_turn}/{sync,buffered}/1000`: a full save (of a new session,
 //!   as `save/file_store`) and one more turn onto 1,000 messages with `Durability::Sync`
 //!   (the default) and `Durability::Buffered`.
@@ -921,9 +922,9 @@ fn async_api(c: &mut Criterion) {
         delete_if_stored(&*store, snapshot.id());
         store.save(&snapshot).expect("save");
         // The calls, without dropping what they return (after the timing): the
-        // snapshot an async load returns was allocated on a pool thread, and freeing it on
-        // the caller's thread costs more than freeing where it was made (glibc's arenas),
-        // which `load_async_dropped` measures on its own.
+        // snapshot an async load returns was built on a pool thread, and freeing it on the
+        // caller's thread costs more than freeing it where it was built (its memory was
+        // last written on another core), which `load_async_dropped` measures on its own.
         group.bench_function(BenchmarkId::new("load_sync", n), |b| {
             b.iter_with_large_drop(|| store.load(snapshot.id()).expect("load"));
         });
