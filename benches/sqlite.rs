@@ -18,7 +18,8 @@
 //!   `make_transcript.py 0 --append-turn`) onto a session of 10,000 messages, loaded once
 //!   and then extended and saved turn after turn (`Durability::Sync`: WAL, synchronous =
 //!   FULL); every 16 turns, untimed, it is rewound to its 10,000 messages (one small
-//!   entry), so the view stays at 10,000 to 10,045 messages while the history grows. `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
+//!   entry), so the view stays at 10,000 to 10,045 messages while the history grows.
+//!   `append_turn/baseline_append_fdatasync`: the turn's bytes (its log entry, what
 //!   the store writes) appended to an open file + `fdatasync`. Target ≤ 2×. Every call
 //!   is also timed on its own, and the distribution of both (mean, p50, p90, p99, max,
 //!   and what the calls over 1 ms add to the mean) is printed after the group: every

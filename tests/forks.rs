@@ -301,24 +301,32 @@ fn forks_of_what_is_not_stored_or_into_another_store_hold_their_own_copy() {
     assert_eq!(memory.load(fork.id()).expect("load"), fork);
 }
 
+/// Every store that shares a fork's prefix with its parent (the file store, and SQLite
+/// with its feature), each in a temporary directory of its own.
+fn sharing_stores() -> (Vec<tempfile::TempDir>, Vec<Box<dyn SessionStore>>) {
+    let (dir, file) = file_store();
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+    let (mut dirs, mut stores): (_, Vec<Box<dyn SessionStore>>) = (vec![dir], vec![Box::new(file)]);
+    #[cfg(feature = "sqlite")]
+    {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("db").join("s.db");
+        stores.push(Box::new(
+            agent_session::SqliteSessionStore::open(db).expect("open"),
+        ));
+        dirs.push(dir);
+    }
+    (dirs, stores)
+}
+
 /// A fork of a parent's unsaved state (the last turn rewound and another in its place,
 /// in memory) names the parent's stored revision but does not hold its messages: saving
 /// it must keep its own, not refer to the stored ones, in every store that shares
 /// prefixes.
 #[test]
 fn a_fork_of_an_unsaved_state_keeps_its_own_messages() {
-    let (_dir, file) = file_store();
-    #[cfg(feature = "sqlite")]
-    let sqlite_dir = tempfile::tempdir().expect("temp dir");
-    #[cfg(feature = "sqlite")]
-    let sqlite = agent_session::SqliteSessionStore::open(sqlite_dir.path().join("db").join("s.db"))
-        .expect("open");
-    let stores: Vec<&dyn SessionStore> = vec![
-        &file,
-        #[cfg(feature = "sqlite")]
-        &sqlite,
-    ];
-    for store in stores {
+    let (_dirs, stores) = sharing_stores();
+    for store in stores.iter().map(Box::as_ref) {
         let parent = grown(store, &sid("p"), 3);
         let mut edited = parent.clone();
         edited.rewind(RewindTo::LastTurns(1)).expect("rewind");
@@ -358,17 +366,7 @@ fn a_fork_of_an_unsaved_state_keeps_its_own_messages() {
 #[test]
 fn a_fork_of_another_stores_parent_keeps_its_own_messages() {
     let (_dir, elsewhere) = file_store();
-    let (_dir_file, file) = file_store();
-    #[cfg(feature = "sqlite")]
-    let sqlite_dir = tempfile::tempdir().expect("temp dir");
-    #[cfg(feature = "sqlite")]
-    let sqlite = agent_session::SqliteSessionStore::open(sqlite_dir.path().join("db").join("s.db"))
-        .expect("open");
-    let stores: Vec<&dyn SessionStore> = vec![
-        &file,
-        #[cfg(feature = "sqlite")]
-        &sqlite,
-    ];
+    let (_dirs, stores) = sharing_stores();
     let first = SessionSnapshot::builder(sid("p"), "m")
         .transcript(vec![Message::user("the same start")])
         .build()
@@ -390,7 +388,7 @@ fn a_fork_of_another_stores_parent_keeps_its_own_messages() {
     elsewhere.save(&first).expect("save");
     with_turn(&elsewhere, "asked elsewhere");
     let parent = elsewhere.load(first.id()).expect("load");
-    for store in stores {
+    for store in stores.iter().map(Box::as_ref) {
         store.save(&first).expect("save");
         with_turn(store, "asked here");
         let here = store.load(first.id()).expect("load");

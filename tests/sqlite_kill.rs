@@ -57,7 +57,6 @@ use seeded::{run_seed, Rng};
 const DB_ENV: &str = "AGENT_SESSION_SQLITE_KILL_DB";
 const LONG_ENV: &str = "AGENT_SESSION_LONG";
 const CHILD_TEST: &str = "sqlite_kill_child_saves_until_killed";
-const STARTED: &str = "child-started";
 const SAVERS: usize = 3;
 const SHARED: &str = "shared";
 const DEFAULT_KILLS: usize = 120;
@@ -94,8 +93,7 @@ fn sqlite_kill_child_saves_until_killed() {
         return;
     };
     let store = std::sync::Arc::new(SqliteSessionStore::open(&db).expect("child opens"));
-    killed_child::report_panics();
-    println!("{STARTED}");
+    killed_child::started();
     let deadline = Instant::now() + Duration::from_secs(60);
     let threads: Vec<_> = (0..SAVERS)
         .map(|t| {
@@ -221,7 +219,7 @@ fn sqlite_every_acknowledged_save_survives_sigkill() {
     let (mut total_acks, mut images_checked, mut with_views) = (0usize, 0usize, 0usize);
     for kill in 0..kills {
         let delay = Duration::from_micros(rng.below_u64(MAX_DELAY_MICROS + 1));
-        let lines = run_until_killed(CHILD_TEST, &[(DB_ENV, db.as_os_str())], STARTED, delay)
+        let lines = run_until_killed(CHILD_TEST, &[(DB_ENV, db.as_os_str())], delay)
             .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
         for line in &lines {
             let mut parts = line.split_whitespace();

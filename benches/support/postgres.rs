@@ -26,8 +26,8 @@
 //! - `postgres_turn/{file_store,postgres_store}/N`: save of the loaded session of N
 //!   messages extended by one turn (`TurnFeeder`: every 16 turns the session is rewound
 //!   to its N messages, and every 1,024 it starts over, deleted and saved anew with its N
-//!   messages, then `sync(1)` and a pause, untimed, for both stores). Both stores append the turn: the file store to its journal, PostgreSQL
-//!   one row of `entries`, in the statement that moves the session row's revision.
+//!   messages, then `sync(1)` and a pause, untimed, for both stores). Both stores append
+//!   the turn: the file store to its journal, PostgreSQL one row of `entries`, in the statement that moves the session row's revision.
 //!   `postgres_turn/postgres_floor/N`: that statement (`WITH moved AS (UPDATE sessions …
 //!   RETURNING id) INSERT INTO entries …`), prepared, on copies of the two tables, with
 //!   the bytes of the entry the store wrote for the same turn.

@@ -11,29 +11,31 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// What a child prints, on its standard output, once it is ready to be killed.
+const STARTED: &str = "child-started";
+
 /// What a child prints, on its standard output, when one of its threads panics.
 pub const CHILD_PANIC: &str = "child-panic";
 
-/// For the child: makes every panic print [`CHILD_PANIC`] and its message on the standard
-/// output, which the parent reads (its standard error is not kept), so an error in the
-/// child fails the test instead of quietly stopping one of its threads.
-pub fn report_panics() {
+/// For the child, once it is ready to work: says so to the parent ([`run_until_killed`]
+/// waits for it), and makes every later panic print [`CHILD_PANIC`] and its message on the
+/// standard output, which the parent reads (its standard error is not kept), so an error
+/// in the child fails the test instead of quietly stopping one of its threads.
+pub fn started() {
     std::panic::set_hook(Box::new(|info| println!("{CHILD_PANIC}: {info}")));
+    println!("{STARTED}");
 }
 
 /// Runs test `child_test` of this test binary in a child process with `envs` set, waits
-/// for it to print a line containing `started` (each line within a minute), lets it run
-/// `delay`, kills it with SIGKILL and returns every line it printed after `started`, in
-/// order.
+/// for it to say it [`started`] (each line within a minute), lets it run `delay`, kills it
+/// with SIGKILL and returns every line it printed after that, in order.
 ///
 /// # Errors
 ///
-/// If the child never printed `started`, or printed [`CHILD_PANIC`] (see
-/// [`report_panics`]).
+/// If the child never started, or printed [`CHILD_PANIC`].
 pub fn run_until_killed(
     child_test: &str,
     envs: &[(&str, &OsStr)],
-    started: &str,
     delay: Duration,
 ) -> Result<Vec<String>, String> {
     let mut command = Command::new(std::env::current_exe().expect("test binary"));
@@ -57,7 +59,7 @@ pub fn run_until_killed(
     });
     let waited = loop {
         match lines.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if line.contains(started) => break Ok(()),
+            Ok(line) if line.contains(STARTED) => break Ok(()),
             Ok(_) => {}
             Err(e) => break Err(format!("the child never started ({e})")),
         }
